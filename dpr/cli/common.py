@@ -1,0 +1,36 @@
+"""Shared plumbing for the thin Hydra entry points: where the configs live and how errors surface."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from pathlib import Path
+from typing import Callable
+
+from dpr.errors import DataError
+
+# conf/ sits at the repository root (the project is installed editable, `pip install -e .`).
+CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+
+log = logging.getLogger("dpr")
+
+
+def report_errors(command: str) -> Callable:
+    """Turn expected failures (bad input, missing files) into one line on stderr and exit status 2.
+
+    Hydra would otherwise print a traceback; users want the file, line and field.
+    """
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except (DataError, FileNotFoundError, FileExistsError, ValueError) as err:
+                print(f"{command}: error: {err}", file=sys.stderr)
+                sys.exit(2)
+
+        return inner
+
+    return wrap

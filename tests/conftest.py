@@ -1,0 +1,113 @@
+"""Shared fixtures: a tiny random BERT (seconds to train), a tiny QA dataset, and the real-data mirror."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _default_mirror() -> Path:
+    return Path(os.environ.get("DPR_DATA_MIRROR", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def mirror_dir() -> Path:
+    """The real-data mirror. Absent: skip with a reason, except under CI=true where it is a failure."""
+    path = _default_mirror()
+    if not (path / "squad-v1.1").is_dir():
+        msg = f"real-data mirror not found at {path} (set DPR_DATA_MIRROR)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer BERT with MiniLM's (BERT uncased) tokenizer, saved in HF format."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from dpr.models.hub import default_model_path
+
+    out = tmp_path_factory.mktemp("tiny_bert")
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(default_model_path())
+    cfg = BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+    )
+    BertModel(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+TINY_PASSAGES = [
+    ("p1", "Honolulu is the capital of Hawaii and lies on the island of Oahu.", "Honolulu"),
+    ("p2", "Paris is the capital and most populous city of France.", "Paris"),
+    ("p3", "The mitochondria is the powerhouse of the cell, producing ATP.", "Mitochondrion"),
+    ("p4", "Mount Everest is Earth's highest mountain above sea level.", "Mount Everest"),
+    ("p5", "Photosynthesis converts light energy into chemical energy in plants.", "Photosynthesis"),
+    ("p6", "The Pacific Ocean is the largest and deepest of Earth's oceans.", "Pacific Ocean"),
+    ("p7", "Water boils at 100 degrees Celsius at sea level.", "Water"),
+    ("p8", "Berlin is the capital of Germany.", "Berlin"),
+]
+
+TINY_QA = [
+    ("what is the capital of hawaii", ["Honolulu"], "p1"),
+    ("what is the capital of france", ["Paris"], "p2"),
+    ("what produces atp in the cell", ["mitochondria"], "p3"),
+    ("what is the highest mountain", ["Mount Everest"], "p4"),
+    ("how do plants convert light energy", ["Photosynthesis"], "p5"),
+    ("which is the largest ocean", ["Pacific Ocean", "Pacific"], "p6"),
+    ("at what temperature does water boil", ["100 degrees Celsius"], "p7"),
+    ("what is the capital of germany", ["Berlin"], "p8"),
+]
+
+
+def write_tiny_dataset(root: Path) -> Path:
+    """Write a tiny dataset in the on-disk layout `dpr-data` produces (passages.tsv, train/dev json, test.qa.tsv)."""
+    root.mkdir(parents=True, exist_ok=True)
+    by_id = {pid: (text, title) for pid, text, title in TINY_PASSAGES}
+    with open(root / "passages.tsv", "w", encoding="utf-8") as f:
+        f.write("id\ttext\ttitle\n")
+        for pid, text, title in TINY_PASSAGES:
+            f.write(f"{pid}\t{text}\t{title}\n")
+
+    def example(q, answers, pid):
+        text, title = by_id[pid]
+        return {
+            "question": q,
+            "answers": answers,
+            "positive_ctxs": [{"passage_id": pid, "title": title, "text": text}],
+            "negative_ctxs": [],
+            "hard_negative_ctxs": [],
+        }
+
+    examples = [example(*qa) for qa in TINY_QA]
+    (root / "train.json").write_text(json.dumps(examples, indent=1), encoding="utf-8")
+    (root / "dev.json").write_text(json.dumps(examples[:4], indent=1), encoding="utf-8")
+    with open(root / "test.qa.tsv", "w", encoding="utf-8") as f:
+        for q, answers, _ in TINY_QA:
+            f.write(f"{q}\t{json.dumps(answers)}\n")
+    (root / "meta.json").write_text(json.dumps({"name": root.name, "kind": "qa"}), encoding="utf-8")
+    return root
+
+
+@pytest.fixture()
+def tiny_data_dir(tmp_path) -> Path:
+    """``<tmp>/data`` holding one dataset ``tiny`` (the layout `data_dir/<name>/`)."""
+    write_tiny_dataset(tmp_path / "data" / "tiny")
+    return tmp_path / "data"
