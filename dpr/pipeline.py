@@ -1,0 +1,167 @@
+"""The whole flow for one dataset: prepare → BM25 (+ mining) → train → encode → index → retrieve → hybrid → eval.
+
+Every stage is a call into a plain module function; `StageRunner` skips stages whose outputs are
+already there and up to date. The result is one report with BM25, the untrained model, the trained
+model and the hybrid side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from dpr import bm25, encode, index as faiss_index, retrieve
+from dpr.atomic import write_json_atomic
+from dpr.data.dataset import DatasetPaths
+from dpr.data.prepare import prepare_dataset
+from dpr.eval.report import evaluate_qa, evaluate_qrels
+from dpr.fusion import fuse_linear, fuse_rrf, tune_linear_weight
+from dpr.models.hub import resolve_model_name
+from dpr.stages import StageRunner
+from dpr.training.trainer import train
+
+log = logging.getLogger(__name__)
+
+
+def _plain(cfg: Any) -> Any:
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def run_pipeline(cfg: DictConfig) -> dict:
+    """Run every stage for ``cfg.data`` and return the evaluation report."""
+    start = time.perf_counter()
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stages = StageRunner(out / "stages", force=bool(cfg.get("force", False)))
+
+    # 1. data (has its own up-to-date check)
+    t0 = time.perf_counter()
+    ds = DatasetPaths(prepare_dataset(cfg.data, cfg.data_dir, mirror_dir=cfg.data.get("mirror_dir")))
+    stages.timings["prepare"] = time.perf_counter() - t0
+    qrels_data = ds.kind == "qrels"
+    split_eval, split_dev = "test", "dev"
+
+    # 2. BM25: index, test and dev retrieval, hard-negative mining
+    bcfg = cfg.bm25
+    bm25_params = {k: bcfg[k] for k in ("k1", "b", "stopwords", "stemmer")}
+    bm25_dir = out / "bm25"
+    index_holder: dict[str, Any] = {}
+
+    def bm25_index():
+        if "index" not in index_holder:
+            index_holder["index"] = bm25.get_or_build_index(ds.passages, ds.root / "bm25_index", **bm25_params)
+        return index_holder["index"]
+
+    ext = ".trec" if qrels_data else ".json"
+    bm25_test, bm25_dev = bm25_dir / f"{split_eval}{ext}", bm25_dir / f"{split_dev}{ext}"
+    stages.run(
+        "bm25_retrieve",
+        lambda: bm25.retrieve_split(bm25_index(), ds, [split_eval, split_dev], bm25_dir, k=bcfg.k),
+        outputs=[bm25_test, bm25_dev],
+        inputs=[ds.passages, ds.eval_file(split_eval), ds.eval_file(split_dev)],
+        params=_plain(bcfg),
+    )
+    if bcfg.mine:
+        stages.run(
+            "bm25_mine",
+            lambda: bm25.mine_dataset(bm25_index(), ds, num_negatives=bcfg.num_negatives, depth=bcfg.k),
+            outputs=[ds.train, ds.dev],
+            inputs=[ds.passages, ds.train, ds.dev],
+            params=_plain(bcfg),
+        )
+
+    # 3-4. dense retrieval with the untrained and the trained model
+    model_dir = out / "model"
+    systems: dict[str, dict[str, Path]] = {}
+
+    def dense_system(name: str, model_path: str, model_inputs: list) -> dict[str, Path]:
+        sdir = out / name
+        emb, idx = sdir / "embeddings", sdir / "index.faiss"
+        res = {split: sdir / f"{split}{ext}" for split in (split_eval, split_dev)}
+        stages.run(
+            f"{name}_encode",
+            lambda: encode.encode_corpus(model_path, ds.passages, emb, **_plain(cfg.encode)),
+            outputs=[emb], inputs=[ds.passages, *model_inputs], params=_plain(cfg.encode),
+        )
+        stages.run(
+            f"{name}_index",
+            lambda: faiss_index.build_and_save(emb, idx, **_plain(cfg.index)),
+            outputs=[idx], inputs=[emb], params=_plain(cfg.index),
+        )
+        for split, path in res.items():
+            stages.run(
+                f"{name}_retrieve_{split}",
+                lambda split=split, path=path: retrieve.retrieve_split(
+                    model_path, idx, ds, split, path, k=cfg.retrieve.k, batch_size=cfg.retrieve.batch_size),
+                outputs=[path], inputs=[idx, ds.eval_file(split), *model_inputs],
+                params=_plain(cfg.retrieve),
+            )
+        return res
+
+    base_model = resolve_model_name(cfg.model.name)
+    systems["dense_untrained"] = dense_system("dense_untrained", base_model, [])
+
+    train_cfg = OmegaConf.create({
+        "model": _plain(cfg.model), "data": _plain(cfg.data), "train": _plain(cfg.train),
+        "logger": _plain(cfg.logger), "data_dir": str(cfg.data_dir), "output_dir": str(model_dir),
+        "seed": cfg.seed,
+    })
+    stages.run(
+        "train", lambda: train(train_cfg),
+        outputs=[model_dir / "biencoder.json", model_dir / "passage_encoder"],
+        inputs=[ds.train, ds.dev, ds.passages], params=_plain(train_cfg),
+    )
+    systems["dense"] = dense_system("dense", str(model_dir), [model_dir / "biencoder.json"])
+
+    # 5. hybrid: linear fusion weight tuned on dev, plus reciprocal rank fusion for reference
+    hyb_dir = out / "hybrid"
+    hybrid_test, rrf_test = hyb_dir / f"{split_eval}{ext}", hyb_dir / f"rrf_{split_eval}{ext}"
+    tuning_file = hyb_dir / "weight.json"
+
+    def hybrid():
+        weight, table = tune_linear_weight(
+            bm25_dev, systems["dense"][split_dev], grid=list(cfg.hybrid.grid), metric_k=cfg.hybrid.metric_k,
+            qrels=ds.qrels_file(split_dev) if qrels_data else None, normalize=cfg.hybrid.normalize)
+        fuse_linear(bm25_test, systems["dense"][split_eval], weight, hybrid_test,
+                    k=cfg.retrieve.k, normalize=cfg.hybrid.normalize)
+        fuse_rrf(bm25_test, systems["dense"][split_eval], rrf_test, k=cfg.retrieve.k, k_rrf=cfg.hybrid.rrf_k)
+        write_json_atomic(tuning_file, {"weight": weight, "metric_k": cfg.hybrid.metric_k,
+                                        "normalize": cfg.hybrid.normalize, "grid": table})
+
+    stages.run(
+        "hybrid", hybrid, outputs=[hybrid_test, rrf_test, tuning_file],
+        inputs=[bm25_test, bm25_dev, *systems["dense"].values()], params=_plain(cfg.hybrid),
+    )
+
+    # 6. one report, four systems side by side
+    runs = {
+        "bm25": bm25_test,
+        "dense_untrained": systems["dense_untrained"][split_eval],
+        "dense": systems["dense"][split_eval],
+        "hybrid": hybrid_test,
+        "hybrid_rrf": rrf_test,
+    }
+    tuning = json.loads(tuning_file.read_text())
+    notes = {
+        "dataset": cfg.data.name,
+        "hybrid": f"linear fusion dense + w*bm25, w={tuning['weight']} tuned on {split_dev} "
+                  f"(top-{tuning['metric_k']}, normalize={tuning['normalize']}); hybrid_rrf: reciprocal rank fusion k={cfg.hybrid.rrf_k}",
+        "model": cfg.model.name,
+        "stage_seconds": {k: round(v, 1) for k, v in stages.timings.items()},
+    }
+    eval_dir = out / "eval"
+    if qrels_data:
+        report = evaluate_qrels(runs, ds.qrels_file(split_eval), eval_dir, notes=notes)
+    else:
+        report = evaluate_qa(runs, eval_dir, ks=list(cfg.eval.ks), match=cfg.eval.match, notes=notes)
+    total = time.perf_counter() - start
+    timings = {**{k: round(v, 1) for k, v in stages.timings.items()}, "total": round(total, 1)}
+    write_json_atomic(out / "timings.json", {"seconds": timings, "skipped": stages.skipped})
+    log.info("pipeline finished in %.1f s; stage seconds: %s", total, timings)
+    log.info("report: %s", eval_dir / "report.md")
+    return report
