@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from dpr import bm25, encode, index as faiss_index, retrieve
@@ -21,7 +22,7 @@ from dpr.data.dataset import DatasetPaths
 from dpr.data.prepare import prepare_dataset
 from dpr.eval.report import evaluate_qa, evaluate_qrels
 from dpr.fusion import fuse_linear, fuse_rrf, tune_linear_weight
-from dpr.models.hub import resolve_model_name
+from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
 from dpr.stages import StageRunner
 from dpr.training.trainer import train
 
@@ -30,6 +31,22 @@ log = logging.getLogger(__name__)
 
 def _plain(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def _questions(ds: DatasetPaths, split: str) -> list[Path]:
+    """The files that define a split's evaluation questions."""
+    return [ds.queries, ds.qrels(split)] if ds.kind == "qrels" else [ds.qa(split)]
+
+
+def _dataset(cfg: DictConfig) -> DatasetPaths:
+    """Prepare a registered dataset (up-to-date check inside), or use one prepared elsewhere (``recipe: none``)."""
+    if cfg.data.get("recipe") == "none":
+        ds = DatasetPaths.of(cfg.data_dir, cfg.data.name)
+        if not ds.passages.is_file():
+            raise FileNotFoundError(f"{ds.passages}: data.recipe=none expects a prepared dataset there")
+        return ds
+    return DatasetPaths(prepare_dataset(cfg.data, cfg.data_dir, mirror_dir=cfg.data.get("mirror_dir"),
+                                        force=bool(cfg.get("force", False))))
 
 
 def run_pipeline(cfg: DictConfig) -> dict:
@@ -41,7 +58,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
 
     # 1. data (has its own up-to-date check)
     t0 = time.perf_counter()
-    ds = DatasetPaths(prepare_dataset(cfg.data, cfg.data_dir, mirror_dir=cfg.data.get("mirror_dir")))
+    ds = _dataset(cfg)
     stages.timings["prepare"] = time.perf_counter() - t0
     qrels_data = ds.kind == "qrels"
     split_eval, split_dev = "test", "dev"
@@ -63,7 +80,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
         "bm25_retrieve",
         lambda: bm25.retrieve_split(bm25_index(), ds, [split_eval, split_dev], bm25_dir, k=bcfg.k),
         outputs=[bm25_test, bm25_dev],
-        inputs=[ds.passages, ds.eval_file(split_eval), ds.eval_file(split_dev)],
+        inputs=[ds.passages, *_questions(ds, split_eval), *_questions(ds, split_dev)],
         params=_plain(bcfg),
     )
     if bcfg.mine:
@@ -98,13 +115,24 @@ def run_pipeline(cfg: DictConfig) -> dict:
                 f"{name}_retrieve_{split}",
                 lambda split=split, path=path: retrieve.retrieve_split(
                     model_path, idx, ds, split, path, k=cfg.retrieve.k, batch_size=cfg.retrieve.batch_size),
-                outputs=[path], inputs=[idx, ds.eval_file(split), *model_inputs],
+                outputs=[path], inputs=[idx, *_questions(ds, split), *model_inputs],
                 params=_plain(cfg.retrieve),
             )
         return res
 
-    base_model = resolve_model_name(cfg.model.name)
-    systems["dense_untrained"] = dense_system("dense_untrained", base_model, [])
+    # The untrained system is exactly the trainer's starting point (same towers, pooling, similarity),
+    # saved as a run dir so encode/retrieve treat both systems alike.
+    untrained_dir = out / "dense_untrained" / "model"
+
+    def save_untrained():
+        torch.manual_seed(cfg.seed)  # a projection layer, if configured, starts from this seed
+        model, tokenizer = build_biencoder(BiEncoderConfig.from_dict(_plain(cfg.model)))
+        save_biencoder(model, tokenizer, untrained_dir)
+
+    stages.run("untrained_model", save_untrained, outputs=[untrained_dir / "biencoder.json"],
+               params={"model": _plain(cfg.model), "seed": cfg.seed})
+    systems["dense_untrained"] = dense_system(
+        "dense_untrained", str(untrained_dir), [untrained_dir / "biencoder.json"])
 
     train_cfg = OmegaConf.create({
         "model": _plain(cfg.model), "data": _plain(cfg.data), "train": _plain(cfg.train),
@@ -126,7 +154,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
     def hybrid():
         weight, table = tune_linear_weight(
             bm25_dev, systems["dense"][split_dev], grid=list(cfg.hybrid.grid), metric_k=cfg.hybrid.metric_k,
-            qrels=ds.qrels_file(split_dev) if qrels_data else None, normalize=cfg.hybrid.normalize)
+            qrels=ds.qrels(split_dev) if qrels_data else None, normalize=cfg.hybrid.normalize)
         fuse_linear(bm25_test, systems["dense"][split_eval], weight, hybrid_test,
                     k=cfg.retrieve.k, normalize=cfg.hybrid.normalize)
         fuse_rrf(bm25_test, systems["dense"][split_eval], rrf_test, k=cfg.retrieve.k, k_rrf=cfg.hybrid.rrf_k)
@@ -156,7 +184,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
     }
     eval_dir = out / "eval"
     if qrels_data:
-        report = evaluate_qrels(runs, ds.qrels_file(split_eval), eval_dir, notes=notes)
+        report = evaluate_qrels(runs, ds.qrels(split_eval), eval_dir, notes=notes)
     else:
         report = evaluate_qa(runs, eval_dir, ks=list(cfg.eval.ks), match=cfg.eval.match, notes=notes)
     total = time.perf_counter() - start

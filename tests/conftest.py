@@ -78,7 +78,7 @@ TINY_QA = [
 
 
 def write_tiny_dataset(root: Path) -> Path:
-    """Write a tiny dataset in the on-disk layout `dpr-data` produces (passages.tsv, train/dev json, test.qa.tsv)."""
+    """Write a tiny dataset in the on-disk layout `dpr-data` produces (passages.tsv, train/dev json, dev/test .qa.tsv)."""
     root.mkdir(parents=True, exist_ok=True)
     by_id = {pid: (text, title) for pid, text, title in TINY_PASSAGES}
     with open(root / "passages.tsv", "w", encoding="utf-8") as f:
@@ -101,6 +101,9 @@ def write_tiny_dataset(root: Path) -> Path:
     (root / "dev.json").write_text(json.dumps(examples[:4], indent=1), encoding="utf-8")
     with open(root / "test.qa.tsv", "w", encoding="utf-8") as f:
         for q, answers, _ in TINY_QA:
+            f.write(f"{q}\t{json.dumps(answers)}\n")
+    with open(root / "dev.qa.tsv", "w", encoding="utf-8") as f:
+        for q, answers, _ in TINY_QA[:4]:
             f.write(f"{q}\t{json.dumps(answers)}\n")
     (root / "meta.json").write_text(json.dumps({"name": root.name, "kind": "qa"}), encoding="utf-8")
     return root

@@ -34,3 +34,16 @@ def report_errors(command: str) -> Callable:
         return inner
 
     return wrap
+
+
+def rename_overrides(argv: list[str], renames: dict[str, str]) -> list[str]:
+    """``model=X`` → ``model_path=X`` for keys that collide with a config group of the same name.
+
+    Hydra treats ``key=value`` as a config-group choice whenever ``conf/<key>/`` exists (as
+    ``conf/model/`` and ``conf/index/`` do), so a plain path under that key cannot be passed as is.
+    """
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        out.append(f"{renames[key]}={value}" if sep and key in renames else arg)
+    return out

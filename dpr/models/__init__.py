@@ -1,0 +1,36 @@
+"""Bi-encoder models: towers, pooling, save/load and inference encoding.
+
+Import from here: ``from dpr.models import BiEncoder, BiEncoderConfig, load_biencoder, encode_texts``.
+"""
+
+from dpr.models.biencoder import BiEncoder, BiEncoderConfig
+from dpr.models.inference import autocast_context, encode_texts, iter_encode_batches
+from dpr.models.io import (
+    build_biencoder,
+    is_biencoder_dir,
+    load_biencoder,
+    load_weights,
+    read_biencoder_config,
+    save_biencoder,
+    save_weights,
+)
+from dpr.models.pooling import cls_pool, detect_pooling, mean_pool, pool
+
+__all__ = [
+    "BiEncoder",
+    "BiEncoderConfig",
+    "autocast_context",
+    "build_biencoder",
+    "cls_pool",
+    "detect_pooling",
+    "encode_texts",
+    "is_biencoder_dir",
+    "iter_encode_batches",
+    "load_biencoder",
+    "load_weights",
+    "mean_pool",
+    "pool",
+    "read_biencoder_config",
+    "save_biencoder",
+    "save_weights",
+]

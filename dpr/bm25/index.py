@@ -1,0 +1,216 @@
+"""A BM25 index over a passage collection, in `bm25s`' format (sparse, precomputed weights; no Java).
+
+Passages are indexed as ``title + " " + text``, tokenized once in a stream by bm25s' `Tokenizer`
+(lower-cased word runs of 2+ characters, optional stopword removal and Snowball stemming), so texts
+never sit in a Python list; the token ids are packed into one int32 array and the BM25 weights are
+computed from it with numpy (`dpr.bm25.weights`, bit-identical to bm25s' own ``index()``). The index
+on disk is bm25s' own files plus the tokenizer vocabulary, the passage ids in index order, and
+``dpr_bm25.json`` (parameters and the key of the passages file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from tqdm import tqdm
+
+from dpr.atomic import atomic_path, write_json_atomic
+from dpr.bm25.weights import bm25_csc, pack_tokens
+from dpr.errors import DataError
+
+log = logging.getLogger(__name__)
+
+# pyserini's BM25 settings for its DPR Wikipedia runs.
+DEFAULT_K1 = 0.9
+DEFAULT_B = 0.4
+DEFAULT_STOPWORDS = "en"
+DEFAULT_STEMMER = "english"
+FORMAT_VERSION = 1
+META_FILE = "dpr_bm25.json"
+IDS_FILE = "passage_ids.txt"
+
+
+@dataclass
+class BM25Index:
+    """A searchable BM25 index: bm25s retriever, its tokenizer, and passage ids in index order."""
+
+    retriever: Any  # bm25s.BM25
+    tokenizer: Any  # bm25s.tokenization.Tokenizer
+    ids: list[str]
+    params: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _bm25s():
+    """Import bm25s, undoing the DEBUG level it forces on its logger at import (it would print
+    "Building index from IDs" through any INFO handler, e.g. the CLI's)."""
+    import bm25s
+
+    lg = logging.getLogger("bm25s")
+    if lg.level == logging.DEBUG:
+        lg.setLevel(logging.WARNING)
+    return bm25s
+
+
+def index_params(k1: float = DEFAULT_K1, b: float = DEFAULT_B, stopwords: str | None = DEFAULT_STOPWORDS,
+                 stemmer: str | None = DEFAULT_STEMMER) -> dict[str, Any]:
+    """The parameters that define an index, normalised (``none``/``""``/``False`` mean off)."""
+    def off(v: Any) -> Any:
+        return None if v in (None, False, "", "none", "None", "null") else v
+    return {"k1": float(k1), "b": float(b), "stopwords": off(stopwords), "stemmer": off(stemmer), "method": "lucene"}
+
+
+def make_tokenizer(stopwords: str | None, stemmer: str | None):
+    """bm25s' streaming tokenizer with the chosen stopword list and PyStemmer (Snowball) algorithm."""
+    bm25s = _bm25s()
+
+    stem = None
+    if stemmer:
+        import Stemmer
+
+        try:
+            stem = Stemmer.Stemmer(stemmer)
+        except KeyError:
+            raise ValueError(f"unknown stemmer {stemmer!r}; PyStemmer knows {sorted(Stemmer.algorithms())}") from None
+    return bm25s.tokenization.Tokenizer(lower=True, stopwords=stopwords or [], stemmer=stem)
+
+
+def passage_text(row: Mapping[str, str]) -> str:
+    """What BM25 sees of a passage: its title, a space, its text (pyserini's "contents" for DPR)."""
+    title = row.get("title") or ""
+    return f"{title} {row['text']}" if title else row["text"]
+
+
+def build_index_from_rows(
+    rows: Iterable[Mapping[str, str]],
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
+    stopwords: str | None = DEFAULT_STOPWORDS,
+    stemmer: str | None = DEFAULT_STEMMER,
+    total: int | None = None,
+) -> BM25Index:
+    """Index passages given as ``{"id", "title", "text"}`` dicts (streamed once)."""
+    bm25s = _bm25s()
+
+    params = index_params(k1, b, stopwords, stemmer)
+    tokenizer = make_tokenizer(params["stopwords"], params["stemmer"])
+    ids: list[str] = []
+
+    def texts() -> Iterator[str]:
+        for row in rows:
+            ids.append(row["id"])
+            yield passage_text(row)
+
+    stream = tokenizer.streaming_tokenize(texts(), update_vocab=True)
+    flat, offsets = pack_tokens(tqdm(stream, total=total, desc="BM25 tokenize", unit="psg", mininterval=1.0))
+    if not ids:
+        raise ValueError("no passages to index")
+    vocab = tokenizer.get_vocab_dict()
+    retriever = bm25s.BM25(k1=params["k1"], b=params["b"], method=params["method"])
+    # the weights bm25s' own index() would compute, in numpy (see dpr.bm25.weights)
+    retriever.scores = bm25_csc(flat, offsets, len(vocab), params["k1"], params["b"])
+    retriever.vocab_dict = vocab
+    retriever.unique_token_ids_set = set(vocab.values())
+    retriever.nonoccurrence_array = None
+    log.info("BM25 index: %d passages, %d terms (k1=%s b=%s stopwords=%s stemmer=%s)", len(ids),
+             len(tokenizer.get_vocab_dict()), params["k1"], params["b"], params["stopwords"], params["stemmer"])
+    return BM25Index(retriever=retriever, tokenizer=tokenizer, ids=ids, params=params)
+
+
+def build_index(
+    passages_path: str | Path,
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
+    stopwords: str | None = DEFAULT_STOPWORDS,
+    stemmer: str | None = DEFAULT_STEMMER,
+) -> BM25Index:
+    """Index a ``passages.tsv`` (validated while streamed)."""
+    from dpr.data.passages import count_passages, iter_passages
+
+    passages_path = Path(passages_path)
+    index = build_index_from_rows(iter_passages(passages_path), k1=k1, b=b, stopwords=stopwords,
+                                  stemmer=stemmer, total=count_passages(passages_path))
+    index.meta = {"passages": passages_key(passages_path)}
+    return index
+
+
+def passages_key(passages_path: str | Path) -> dict[str, Any]:
+    """Size and mtime of the passages file: cheap to get for a 13 GB corpus, and any rewrite changes it."""
+    st = Path(passages_path).stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def index_key(passages_path: str | Path, params: Mapping[str, Any]) -> str:
+    blob = json.dumps({"format": FORMAT_VERSION, "params": dict(params), "passages": passages_key(passages_path)},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def save_index(index: BM25Index, index_dir: str | Path) -> Path:
+    """Write the index to ``index_dir`` (aside, then renamed: a crash never leaves half an index)."""
+    bm25s = _bm25s()
+
+    index_dir = Path(index_dir)
+    with atomic_path(index_dir) as tmp:
+        tmp.mkdir(parents=True)
+        index.retriever.save(tmp, show_progress=False)
+        index.tokenizer.save_vocab(tmp)
+        with open(tmp / IDS_FILE, "w", encoding="utf-8", newline="\n") as f:
+            for pid in index.ids:
+                f.write(pid + "\n")
+        write_json_atomic(tmp / META_FILE, {
+            "format": FORMAT_VERSION, "params": index.params, "num_passages": len(index.ids),
+            "bm25s_version": bm25s.__version__, **index.meta,
+        })
+    return index_dir
+
+
+def load_index(index_dir: str | Path, mmap: bool = False) -> BM25Index:
+    """Load an index written by `save_index`."""
+    bm25s = _bm25s()
+
+    index_dir = Path(index_dir)
+    meta_path = index_dir / META_FILE
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"no BM25 index at {index_dir} ({META_FILE} missing)")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("format") != FORMAT_VERSION:
+        raise DataError(meta_path, f"index format {meta.get('format')!r}, expected {FORMAT_VERSION}", field="format")
+    params = meta["params"]
+    retriever = bm25s.BM25.load(index_dir, mmap=mmap)
+    tokenizer = make_tokenizer(params["stopwords"], params["stemmer"])
+    tokenizer.load_vocab(index_dir)
+    ids = (index_dir / IDS_FILE).read_text(encoding="utf-8").splitlines()
+    if len(ids) != meta["num_passages"] or len(ids) != retriever.scores["num_docs"]:
+        raise DataError(index_dir / IDS_FILE, f"{len(ids)} ids for {retriever.scores['num_docs']} indexed passages",
+                        field="id")
+    extra = {k: v for k, v in meta.items() if k not in ("format", "params", "num_passages", "bm25s_version")}
+    return BM25Index(retriever=retriever, tokenizer=tokenizer, ids=ids, params=params, meta=extra)
+
+
+def get_or_build_index(passages_path: str | Path, index_dir: str | Path, **params: Any) -> BM25Index:
+    """Load the cached index in ``index_dir`` if it was built from this passages file with these
+    parameters; otherwise build it and save it there."""
+    passages_path = Path(passages_path)
+    params = index_params(**params)
+    key = index_key(passages_path, params)
+    index_dir = Path(index_dir)
+    meta_path = index_dir / META_FILE
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("key") == key:
+            log.info("reusing BM25 index %s", index_dir)
+            return load_index(index_dir)
+        log.info("BM25 index %s is stale (other passages or parameters): rebuilding", index_dir)
+    index = build_index(passages_path, **{k: v for k, v in params.items() if k != "method"})
+    index.meta["key"] = key
+    save_index(index, index_dir)
+    return index

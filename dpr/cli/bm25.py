@@ -1,0 +1,84 @@
+"""``dpr-bm25``: BM25 retrieval to a results file, and hard-negative mining (Hydra entry point)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from dpr.cli.common import CONF_DIR, report_errors
+
+log = logging.getLogger(__name__)
+
+
+def _index_params(cfg: DictConfig) -> dict:
+    return {"k1": cfg.k1, "b": cfg.b, "stopwords": cfg.stopwords, "stemmer": cfg.stemmer}
+
+
+def run_dataset(cfg: DictConfig) -> None:
+    """``data=<name>``: retrieve for ``split`` into ``output`` and/or mine negatives into train/dev."""
+    from dpr import bm25
+    from dpr.data.dataset import DatasetPaths
+
+    ds = DatasetPaths.of(cfg.data_dir, cfg.data.name)
+    if not ds.passages.is_file():
+        raise FileNotFoundError(f"no prepared dataset at {ds.root} (passages.tsv missing): run dpr-data first")
+    if not cfg.output and not cfg.mine:
+        raise ValueError("nothing to do: give output=<file> to retrieve, or mine=true")
+    index_dir = Path(cfg.index_dir) if cfg.index_dir else ds.root / "bm25_index"
+    index = bm25.get_or_build_index(ds.passages, index_dir, **_index_params(cfg))
+    if cfg.output:
+        output = Path(cfg.output)
+        if ds.kind == "qrels":
+            queries = bm25.split_queries(ds.queries, ds.qrels(cfg.split))
+            bm25.write_qrels_run(index, queries, output, k=cfg.k, n_threads=cfg.n_threads)
+        else:
+            bm25.write_qa_results(index, ds.qa(cfg.split), ds.passages, output, k=cfg.k, n_threads=cfg.n_threads)
+    if cfg.mine:
+        stats = bm25.mine_dataset(index, ds, num_negatives=cfg.num_negatives, depth=cfg.depth,
+                                  n_threads=cfg.n_threads, force=cfg.force)
+        for split, st in stats.items():
+            log.info("%s: %s", split, st)
+
+
+def run_standalone(cfg: DictConfig) -> None:
+    """``passages=<tsv>`` with ``qa=<tsv>`` or ``queries=<jsonl>`` [``qrels=<tsv>``], ``output=<file>``."""
+    from dpr import bm25
+
+    if not cfg.output:
+        raise ValueError("standalone use needs output=<file>")
+    if bool(cfg.qa) == bool(cfg.queries):
+        raise ValueError("standalone use needs exactly one of qa=<QA TSV> or queries=<BEIR queries.jsonl>")
+    if cfg.mine:
+        raise ValueError("mine=true needs a prepared dataset (data=<name>)")
+    passages = Path(cfg.passages)
+    if cfg.index_dir:
+        index = bm25.get_or_build_index(passages, cfg.index_dir, **_index_params(cfg))
+    else:
+        index = bm25.build_index(passages, **_index_params(cfg))
+    if cfg.qa:
+        bm25.write_qa_results(index, cfg.qa, passages, cfg.output, k=cfg.k, n_threads=cfg.n_threads)
+        return
+    from dpr.data.beir import read_queries
+
+    queries = bm25.split_queries(cfg.queries, cfg.qrels) if cfg.qrels else read_queries(cfg.queries)
+    bm25.write_qrels_run(index, queries, cfg.output, k=cfg.k, n_threads=cfg.n_threads)
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="bm25")
+@report_errors("dpr-bm25")
+def main(cfg: DictConfig) -> None:
+    if cfg.get("data") is not None and cfg.passages:
+        raise ValueError("give either data=<name> or passages=<tsv>, not both")
+    if cfg.get("data") is not None:
+        run_dataset(cfg)
+    elif cfg.passages:
+        run_standalone(cfg)
+    else:
+        raise ValueError("say what to search: data=<name> (a prepared dataset) or passages=<tsv>")
+
+
+if __name__ == "__main__":
+    main()

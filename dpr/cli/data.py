@@ -1,0 +1,26 @@
+"""``dpr-data data=<name> data_dir=<dir>``: prepare a dataset (thin Hydra entry point over
+`dpr.data.prepare.prepare_dataset`)."""
+
+from __future__ import annotations
+
+import logging
+
+import hydra
+from omegaconf import DictConfig
+
+from dpr.cli.common import CONF_DIR, report_errors
+
+log = logging.getLogger(__name__)
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="prepare")
+@report_errors("dpr-data")
+def main(cfg: DictConfig) -> None:
+    from dpr.data.prepare import prepare_dataset
+
+    root = prepare_dataset(cfg.data, cfg.data_dir, mirror_dir=cfg.data.get("mirror_dir"), force=bool(cfg.force))
+    print(root)
+
+
+if __name__ == "__main__":
+    main()

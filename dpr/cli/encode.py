@@ -1,0 +1,32 @@
+"""`dpr-encode model=<run dir> passages=<tsv> output_dir=<dir> shard_id=<i> num_shards=<n>`."""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from dpr.cli.common import CONF_DIR, rename_overrides, report_errors
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="encode")
+@report_errors("dpr-encode")
+def _run(cfg: DictConfig) -> None:
+    from dpr.encode import encode_corpus
+
+    out = encode_corpus(
+        cfg.model_path, cfg.passages, cfg.output_dir,
+        shard_id=cfg.shard_id, num_shards=cfg.num_shards, batch_size=cfg.batch_size, dtype=cfg.dtype,
+        autocast=cfg.autocast, device=cfg.device, max_length=cfg.max_length, chunk_size=cfg.chunk_size,
+    )
+    print(f"dpr-encode: embeddings in {out}")
+
+
+def main() -> None:
+    sys.argv[1:] = rename_overrides(sys.argv[1:], {"model": "model_path"})
+    _run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""`dpr-retrieve model=<run dir> index=<file> passages=<tsv> qa=<file> output=<file>` (dense), or
+`dpr-retrieve mode=hybrid bm25=<file> dense=<file> output=<file>` (fusion)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from dpr.cli.common import CONF_DIR, rename_overrides, report_errors
+
+
+def _require(cfg: DictConfig, *keys: str) -> None:
+    names = {"model_path": "model", "index_path": "index"}
+    missing = [names.get(k, k) for k in keys if cfg.get(k) in (None, "")]
+    if missing:
+        raise ValueError(f"mode={cfg.mode} needs {', '.join(m + '=' for m in missing)}")
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="retrieve")
+@report_errors("dpr-retrieve")
+def _run(cfg: DictConfig) -> None:
+    if cfg.mode == "hybrid":
+        from dpr.retrieve import hybrid_retrieve
+
+        _require(cfg, "bm25", "dense")
+        info = hybrid_retrieve(
+            cfg.bm25, cfg.dense, cfg.output, fusion=cfg.fusion, weight=cfg.weight, bm25_dev=cfg.bm25_dev,
+            dense_dev=cfg.dense_dev, qrels_dev=cfg.qrels_dev, grid=list(cfg.grid), metric_k=cfg.metric_k,
+            normalize=cfg.normalize, k=cfg.k, k_rrf=cfg.k_rrf,
+        )
+        info.pop("table", None)
+        print(f"dpr-retrieve: hybrid → {cfg.output} {json.dumps(info)}")
+        return
+    if cfg.mode != "dense":
+        raise ValueError(f"mode must be 'dense' or 'hybrid', got {cfg.mode!r}")
+    from dpr.retrieve import dense_retrieve
+
+    _require(cfg, "model_path", "index_path")
+    out = dense_retrieve(
+        cfg.model_path, cfg.index_path, cfg.passages, cfg.qa, cfg.output, k=cfg.k,
+        queries_path=cfg.queries, qrels_path=cfg.qrels, batch_size=cfg.batch_size,
+        search_batch_size=cfg.search_batch_size, device=cfg.device, autocast=cfg.autocast,
+        index_device=cfg.index_device, nprobe=cfg.nprobe, ef_search=cfg.ef_search, match=cfg.match,
+        max_length=cfg.max_length,
+    )
+    print(f"dpr-retrieve: {len(out)} questions → {cfg.output}")
+
+
+def main() -> None:
+    sys.argv[1:] = rename_overrides(sys.argv[1:], {"model": "model_path", "index": "index_path"})
+    _run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""``dpr-train``: Hydra entry point over :func:`dpr.training.trainer.train`.
+
+Single run: everything lands in ``output_dir`` (``hydra.run.dir``). Multirun (``-m``): each job writes
+to ``<output_dir>/<overrides>/`` and :class:`SweepSummaryCallback` writes ``sweep_summary.{md,json,csv}``
+in ``<output_dir>`` when the sweep ends. Under torchrun every rank runs Hydra; ranks other than 0
+are pointed at ``hydra.run.dir=.`` without ``.hydra/`` or a log file, so only rank 0 writes outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from dpr.cli.common import CONF_DIR, report_errors
+
+log = logging.getLogger(__name__)
+
+
+def _swept_keys(argv: list[str]) -> set[str]:
+    """Keys a multirun sweeps over, as typed: ``a=1,2`` or ``a=range(..)``/``choice(..)``/``glob(..)``."""
+    keys = set()
+    for arg in argv[1:]:
+        key, sep, value = arg.partition("=")
+        if not sep or key.startswith("-"):
+            continue
+        depth, top_comma = 0, False
+        for ch in value:
+            depth += ch in "[({"
+            depth -= ch in "])}"
+            top_comma |= ch == "," and depth == 0
+        if top_comma or re.match(r"^(range|choice|glob|interval)\(", value):
+            keys.add(key.lstrip("+~"))
+    return keys
+
+
+def sweep_subdir(job_num: int, override_dirname: str, argv: list[str] | None = None) -> str:
+    """A sweep job's directory name: ``<job num>_<swept overrides>``, e.g. ``1_train.lr=3e-05``.
+
+    Only the swept keys are named (the constant overrides are the same in every run, and are in
+    ``.hydra/overrides.yaml``); the name is one path component (override values can be paths) and
+    short enough for any file system; the job number keeps it unique.
+    """
+    swept = _swept_keys(sys.argv if argv is None else argv)
+    items = [i for i in str(override_dirname).split(",") if i.partition("=")[0] in swept] or [str(override_dirname)]
+    safe = re.sub(r"[^A-Za-z0-9._=,+-]+", "_", ",".join(items)).strip("_")
+    return f"{job_num}_{safe[:120]}" if safe else str(job_num)
+
+
+# Resolvers must exist before Hydra composes conf/train.yaml (hydra.sweep.subdir uses this one).
+OmegaConf.register_new_resolver("dpr_sweep_subdir", sweep_subdir, replace=True)
+
+
+class SweepSummaryCallback(Callback):
+    """After a multirun: one table of overrides × final metrics at the sweep directory."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from dpr.training.sweep import write_sweep_summary
+
+        write_sweep_summary(config.hydra.sweep.dir)
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
+@report_errors("dpr-train")
+def _run(cfg: DictConfig) -> None:
+    from dpr.training.trainer import train
+
+    hc = HydraConfig.get()
+    # In a sweep each job's own directory (sweep dir / subdir) is its output_dir.
+    cfg.output_dir = hc.runtime.output_dir
+    extra = {"overrides": list(hc.overrides.task)}
+    if hc.mode == RunMode.MULTIRUN:
+        extra["job_num"] = hc.job.num
+    summary = train(cfg, extra_summary=extra)
+    log.info("done: %d steps, final weights: %s, %s", summary["steps"], summary["final_weights"], summary["final_metrics"])
+
+
+def _quiet_nonzero_rank(argv: list[str]) -> list[str]:
+    """torchrun ranks > 0: no run dir, no ``.hydra/``, console logging only (rank 0 writes the outputs)."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        return argv
+    extra = {"hydra.run.dir": ".", "hydra.output_subdir": "null", "hydra/job_logging": "stdout"}
+    given = {a.split("=", 1)[0].lstrip("+~") for a in argv[1:]}
+    return argv + [f"{k}={v}" for k, v in extra.items() if k not in given]
+
+
+def main() -> None:
+    sys.argv = _quiet_nonzero_rank(sys.argv)
+    _run()
+
+
+if __name__ == "__main__":
+    main()

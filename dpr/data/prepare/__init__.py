@@ -1,0 +1,130 @@
+"""Dataset preparation: one recipe module per dataset, and `prepare_dataset`, which fetches the
+recipe's sources, builds ``<data_dir>/<name>/`` in a temporary directory and renames it into place.
+
+A recipe module defines ``KIND`` ("qa" | "qrels"), ``VERSION`` (bump it when its output changes),
+``SOURCES`` ({role: registry name}), ``DEFAULTS`` (the config keys it reads, with defaults) and
+``build(cfg, files, out) -> {"counts": ..., "notes": [...], ...}`` which writes into ``out``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from dpr.atomic import atomic_path, sha256_file, write_json_atomic
+from dpr.data.dataset import DatasetPaths
+from dpr.data.prepare import nfcorpus, nq_open_dev, sciq_open, squad1_open
+from dpr.data.prepare.common import plain_config
+from dpr.data.sources import DEFAULT_CACHE_DIR, default_mirror_dir, fetch, load_registry
+from dpr.errors import DataError
+
+log = logging.getLogger(__name__)
+
+RECIPES: dict[str, ModuleType] = {
+    "squad1_open": squad1_open,
+    "sciq_open": sciq_open,
+    "nfcorpus": nfcorpus,
+    "nq_open_dev": nq_open_dev,
+}
+
+
+def _recipe_config(cfg: dict, recipe: ModuleType) -> dict:
+    """Only the keys the recipe reads (with its defaults): unrelated keys other tools add to the data
+    config (and where the mirror or cache is) must not force a rebuild."""
+    # a key set to null in the config stays null (e.g. max_positives: null = no cap); only absent keys default
+    return {k: cfg[k] if k in cfg else default for k, default in recipe.DEFAULTS.items()}
+
+
+def _fingerprint(name: str, recipe_name: str, recipe: ModuleType, rcfg: dict, registry: dict) -> dict:
+    return {
+        "name": name,
+        "kind": recipe.KIND,
+        "recipe": recipe_name,
+        "recipe_version": recipe.VERSION,
+        "config": rcfg,
+        "sources": {registry[s].path: registry[s].sha256 for s in recipe.SOURCES.values()},
+    }
+
+
+# Files later stages legitimately rewrite in place: `dpr-bm25 mine=true` adds hard negatives to the
+# training files. Their size is not compared, or every pipeline run would rebuild (and re-mine) the dataset.
+REWRITTEN_DOWNSTREAM = frozenset({"train.json", "dev.json"})
+
+
+def is_up_to_date(root: Path, fingerprint: dict) -> bool:
+    """True when ``root/meta.json`` records the same recipe, config and sources, and every output file
+    it lists is still there (with its recorded size, except the training files the miner rewrites)."""
+    try:
+        meta = DatasetPaths(root).read_meta()
+    except DataError:
+        return False
+    if any(meta.get(k) != v for k, v in fingerprint.items()):
+        return False
+    outputs = meta.get("outputs")
+    if not isinstance(outputs, dict) or not outputs:
+        return False
+    for rel, info in outputs.items():
+        f = root / rel
+        if not f.is_file() or not isinstance(info, dict):
+            return False
+        if rel not in REWRITTEN_DOWNSTREAM and f.stat().st_size != info.get("bytes"):
+            return False
+    return True
+
+
+def prepare_dataset(
+    data_cfg: Any,
+    data_dir: str | Path,
+    mirror_dir: str | Path | None = None,
+    force: bool = False,
+    cache_dir: str | Path | None = None,
+) -> Path:
+    """Prepare the dataset described by ``data_cfg`` (a ``conf/data/<name>.yaml`` config or a dict with
+    at least ``name``; ``recipe`` defaults to the name) into ``<data_dir>/<name>/`` and return that path.
+
+    The mirror is ``mirror_dir``, else ``data_cfg.mirror_dir``, else ``$DPR_DATA_MIRROR``; without one,
+    sources are downloaded into ``cache_dir`` (default ``data/cache``). Nothing is done when
+    ``meta.json`` shows the same recipe/config/sources (logged "up to date") unless ``force``. The whole
+    directory is built aside and renamed at the end: a failure leaves no partial output.
+    """
+    cfg = plain_config(data_cfg)
+    name = cfg.get("name")
+    if not isinstance(name, str) or not name:
+        raise DataError("data config", "missing", field="name")
+    recipe_name = cfg.get("recipe") or name
+    if recipe_name not in RECIPES:
+        raise DataError("data config", f"unknown recipe {recipe_name!r} (known: {', '.join(RECIPES)})", field="recipe")
+    recipe = RECIPES[recipe_name]
+    if cfg.get("kind", recipe.KIND) != recipe.KIND:
+        raise DataError("data config", f"recipe {recipe_name!r} makes {recipe.KIND!r} data, config says {cfg['kind']!r}", field="kind")
+    registry = load_registry()
+    rcfg = _recipe_config(cfg, recipe)
+    fingerprint = _fingerprint(name, recipe_name, recipe, rcfg, registry)
+    root = Path(data_dir) / name
+    if not force and is_up_to_date(root, fingerprint):
+        log.info("%s: up to date (%s)", name, root)
+        return root
+
+    # an explicit `mirror_dir: null` in the config means "download", so $DPR_DATA_MIRROR is only the
+    # fallback when the key is absent
+    mirror = mirror_dir or (cfg.get("mirror_dir") if "mirror_dir" in cfg else default_mirror_dir())
+    cache = cache_dir or cfg.get("cache_dir") or DEFAULT_CACHE_DIR
+    log.info("%s: preparing into %s (sources from %s)", name, root, f"mirror {mirror}" if mirror else f"download cache {cache}")
+    files = {role: fetch(src, mirror, cache, registry) for role, src in recipe.SOURCES.items()}
+    with atomic_path(root) as tmp:
+        tmp.mkdir(parents=True)
+        result = recipe.build(rcfg, files, tmp)
+        outputs = {
+            str(f.relative_to(tmp)): {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
+            for f in sorted(tmp.rglob("*"))
+            if f.is_file()
+        }
+        meta = {**fingerprint, **{k: v for k, v in result.items() if k not in fingerprint}, "outputs": outputs}
+        write_json_atomic(tmp / "meta.json", meta)
+    log.info("%s: done: %s", name, meta.get("counts"))
+    return root
+
+
+__all__ = ["prepare_dataset", "is_up_to_date", "RECIPES"]

@@ -1,0 +1,172 @@
+"""Rank helpers and the gradient-carrying all-gather used by the contrastive loss.
+
+Everything here degrades to the single-process answer when torch.distributed is not initialised,
+so callers never branch on "am I distributed?" themselves.
+
+Launch with ``torchrun --nproc_per_node=N ...``; :func:`init_distributed` reads torchrun's
+environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import timedelta
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+
+def init_distributed(backend: str | None = None, timeout_s: float = 1800.0) -> bool:
+    """Join the process group torchrun describes; return True when running with more than one process.
+
+    ``nccl`` when CUDA is available (and the CUDA device is set to LOCAL_RANK first, so every
+    rank talks to its own GPU), ``gloo`` otherwise. Without torchrun's variables (or with
+    WORLD_SIZE=1) nothing is initialised and False is returned. Safe to call twice.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size() > 1
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or "RANK" not in os.environ:
+        return False
+    if not dist.is_available():
+        raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
+    use_cuda = torch.cuda.is_available()
+    if use_cuda:
+        torch.cuda.set_device(local_rank())
+    backend = backend or ("nccl" if use_cuda else "gloo")
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    log.info("distributed: rank %d/%d (local %d), backend %s", rank(), world_size(), local_rank(), backend)
+    return world_size() > 1
+
+
+def is_distributed() -> bool:
+    """True inside an initialised process group of more than one process."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def is_main() -> bool:
+    """Rank 0 (or the only process): the one that logs, saves and evaluates."""
+    return rank() == 0
+
+
+def device() -> torch.device:
+    """This process's device: ``cuda:LOCAL_RANK`` when CUDA is available, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank())
+    return torch.device("cpu")
+
+
+def barrier() -> None:
+    if not is_distributed():
+        return
+    if dist.get_backend() == "nccl":
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (picklable), in rank order; ``[obj]`` when not distributed."""
+    if not is_distributed():
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def reduce_mean(value: float | torch.Tensor) -> float:
+    """The mean of a scalar over ranks (for logging metrics such as the loss); ``value`` when alone."""
+    t = value.detach().float().reshape(()) if isinstance(value, torch.Tensor) else torch.tensor(float(value))
+    if not is_distributed():
+        return float(t)
+    t = t.to(device() if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return float(t) / world_size()
+
+
+def all_gather_sizes(n: int, ref: torch.Tensor | None = None) -> list[int]:
+    """The first-dimension size each rank contributes (one tiny collective)."""
+    if not is_distributed():
+        return [n]
+    dev = ref.device if ref is not None else device()
+    local = torch.tensor([n], dtype=torch.long, device=dev)
+    sizes = [torch.zeros_like(local) for _ in range(world_size())]
+    dist.all_gather(sizes, local)
+    return [int(s.item()) for s in sizes]
+
+
+class _AllGatherWithGrad(torch.autograd.Function):
+    """Concatenate every rank's tensor along dim 0; the backward is the true adjoint.
+
+    Forward: ``out = cat([t_0, ..., t_{W-1}])``. Rank s's loss L_s can depend on any slice of
+    ``out``, so dL/dt_r = sum over s of (dL_s/d out)[slice r]. The backward therefore sums the
+    incoming gradient over ranks (all_reduce) and returns this rank's slice. (The cheaper
+    "local tensor with grad in its slot" trick used by DPR/Tevatron drops the other ranks' terms
+    and must compensate by computing the loss over all gathered questions on every rank; the
+    adjoint keeps each rank's loss local, see :func:`dpr.loss.contrastive_loss`.)
+    Ranks may contribute different sizes (e.g. a short last batch): tensors are padded to the
+    largest for the collective, then trimmed.
+    """
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:  # type: ignore[override]
+        r = dist.get_rank()
+        ctx.sizes = list(sizes)
+        ctx.rank = r
+        tensor = tensor.contiguous()
+        longest = max(sizes)
+        if tensor.shape[0] < longest:
+            pad = tensor.new_zeros((longest - tensor.shape[0], *tensor.shape[1:]))
+            send = torch.cat([tensor, pad])
+        else:
+            send = tensor
+        bufs = [torch.empty_like(send) for _ in sizes]
+        dist.all_gather(bufs, send)
+        # Our own slot keeps the exact local values (bit-identical to the input).
+        bufs[r] = send
+        return torch.cat([b[:n] for b, n in zip(bufs, sizes)])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        start = sum(ctx.sizes[: ctx.rank])
+        return grad[start : start + ctx.sizes[ctx.rank]], None
+
+
+def all_gather_with_grad(t: torch.Tensor, sizes: Sequence[int] | None = None) -> torch.Tensor:
+    """All ranks' ``t`` concatenated along dim 0 (rank order), differentiable w.r.t. the local ``t``.
+
+    The gradient reaching each rank's own slice is the sum, over all ranks, of the gradients of
+    their losses with respect to that slice (the exact adjoint of the gather). ``sizes`` (each
+    rank's ``t.shape[0]``, from :func:`all_gather_sizes`) saves one collective when already known.
+    Not distributed: ``t`` itself.
+    """
+    if not is_distributed():
+        return t
+    if sizes is None:
+        sizes = all_gather_sizes(t.shape[0], t)
+    if sizes[rank()] != t.shape[0]:
+        raise ValueError(f"sizes[{rank()}]={sizes[rank()]} but the local tensor has {t.shape[0]} rows")
+    return _AllGatherWithGrad.apply(t, list(sizes))
+
+
+def cleanup() -> None:
+    """Leave the process group (end of a run)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,224 @@
+"""Sharded, resumable passage encoding: ``passages.tsv`` → embedding shards (`dpr.index.shards` format).
+
+Shard ``i`` of ``n`` is a contiguous passage range (``shard_range``). Passages are read from the
+memory-mapped Arrow copy of the TSV (`load_passages`) one chunk at a time, so memory holds one chunk
+of text and one batch of activations however big the corpus; vectors go straight into a
+memory-mapped temp ``.npy``. Within a chunk, batches are length-sorted and padded only to their
+longest passage (`dpr.models.iter_encode_batches`), under inference mode with bf16 autocast where
+the hardware has it.
+
+Resuming: a shard whose manifest exists and matches (model fingerprint, passages file size/mtime,
+dtype, max length, counts) is skipped. Anything else is redone from scratch: files are written
+under temp names (``.shard_*.tmp``) and renamed at the end, manifest last, so a killed run leaves
+nothing that looks finished and never duplicates a passage.
+
+Under torchrun each rank encodes shards ``i % world_size == rank`` (no process group needed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from dpr.index.shards import ShardFiles, check_shard, commit_shard, shard_range, shards_for_rank
+
+log = logging.getLogger(__name__)
+
+DTYPES = ("float16", "float32")
+_SHARD_FILE = re.compile(r"^shard_\d{3,}_of_(\d{3,})\.(npy|ids\.txt|json)$")
+# Passages pulled from Arrow into Python per step: big enough for good length-sorting, small enough
+# that memory stays flat on a 21M-passage corpus.
+DEFAULT_CHUNK = 16_384
+
+
+def model_fingerprint(model_path: str | Path) -> str:
+    """Identity of a model for resume checks: a local directory's weight/config files (name, size,
+    mtime), so retraining into the same run dir invalidates old shards; a hub name as is."""
+    path = Path(str(model_path))
+    if not path.is_dir():
+        return f"name:{model_path}"
+    h = hashlib.sha256()
+    for f in sorted(path.rglob("*")):
+        if f.is_file() and f.suffix in (".safetensors", ".bin", ".json", ".pt"):
+            st = f.stat()
+            h.update(f"{f.relative_to(path)}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
+    return "files:" + h.hexdigest()[:16]
+
+
+def passages_signature(passages_path: str | Path) -> dict[str, Any]:
+    p = Path(passages_path).resolve()
+    st = p.stat()
+    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _dist_env() -> tuple[int, int]:
+    """(rank, world_size) from torchrun's environment; (0, 1) when not launched by it."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def assigned_shards(num_shards: int, shard_id: int | None = None,
+                    rank: int | None = None, world_size: int | None = None) -> list[int]:
+    """Which shards this process encodes.
+
+    ``shard_id`` given: that shard only (by rank 0 under torchrun). Otherwise every shard in one
+    process, or under torchrun the shards ``i % world_size == rank``.
+    """
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    env_rank, env_world = _dist_env()
+    rank = env_rank if rank is None else rank
+    world_size = env_world if world_size is None else world_size
+    if shard_id is not None:
+        if not 0 <= int(shard_id) < num_shards:
+            raise ValueError(f"shard_id must be in [0, {num_shards}), got {shard_id}")
+        # one explicit shard under torchrun: rank 0 encodes it; others would write the same files
+        return [int(shard_id)] if rank == 0 else []
+    return shards_for_rank(num_shards, rank, world_size)
+
+
+def _expected_manifest(files_count: int, start: int, end: int, shard_id: int, num_shards: int,
+                       common: dict) -> dict:
+    return {"shard_id": shard_id, "num_shards": num_shards, "start": start, "end": end,
+            "count": files_count, **common}
+
+
+def _is_finished(files: ShardFiles, expected: dict) -> bool:
+    manifest = check_shard(files)
+    if manifest is None:
+        return False
+    keys = ("shard_id", "num_shards", "start", "end", "count", "dtype", "model_fingerprint",
+            "passages", "max_length")
+    return all(manifest.get(k) == expected.get(k) for k in keys)
+
+
+def _remove_temps(files: ShardFiles) -> None:
+    for tmp in files.directory.glob(f".{files.stem}.*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
+def _remove_other_runs(out: Path, num_shards: int) -> None:
+    """Delete shards of an earlier run with a different ``num_shards``: mixed with this run's they would
+    hold some passages twice (`dpr.index.shards.list_shards` refuses such a directory)."""
+    stale = [p for p in out.glob("shard_*_of_*.*")
+             if (m := _SHARD_FILE.match(p.name)) and int(m.group(1)) != num_shards]
+    if stale:
+        log.warning("%s: removing %d file(s) of an earlier run with another num_shards", out, len(stale))
+        for p in stale:
+            p.unlink(missing_ok=True)
+
+
+def encode_corpus(
+    model_path: str | Path,
+    passages_path: str | Path,
+    output_dir: str | Path,
+    shard_id: int | None = None,
+    num_shards: int = 1,
+    batch_size: int = 64,
+    dtype: str = "float16",
+    autocast: str | None = "auto",
+    device: str | None = None,
+    max_length: int | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+) -> Path:
+    """Encode the passages with the passage tower into ``output_dir``; returns ``output_dir``.
+
+    ``shard_id=None`` encodes every shard assigned to this process (all of them outside torchrun);
+    ``dtype`` is the storage type of the vectors (float16 halves disk and index-build I/O);
+    ``max_length`` defaults to the model's ``passage_max_length``; ``autocast`` "auto" | "bf16" |
+    "fp16" | "off"; ``device`` defaults to cuda:LOCAL_RANK when CUDA is available, else CPU.
+    """
+    from dpr.data.passages import load_passages
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if batch_size < 1 or chunk_size < 1:
+        raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size}, {chunk_size}")
+    todo_ids = assigned_shards(int(num_shards), shard_id)
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _remove_other_runs(out, int(num_shards))
+    passages_path = Path(passages_path)
+    ds = load_passages(passages_path, cache_dir=cache_dir)
+    total = len(ds)
+    model_id = str(Path(model_path).resolve()) if Path(str(model_path)).is_dir() else str(model_path)
+    common = {"model": model_id, "model_fingerprint": model_fingerprint(model_path),
+              "passages": passages_signature(passages_path), "dtype": dtype, "max_length": max_length}
+
+    pending = []
+    for i in todo_ids:
+        start, end = shard_range(total, i, num_shards)
+        files = ShardFiles.of(out, i, num_shards)
+        expected = _expected_manifest(end - start, start, end, i, num_shards, common)
+        if _is_finished(files, expected):
+            log.info("shard %d/%d already encoded (%s): skipped", i, num_shards, files.manifest.name)
+            continue
+        pending.append((i, start, end, files, expected))
+    if not pending:
+        log.info("all %d assigned shard(s) already encoded in %s", len(todo_ids), out)
+        return out
+
+    import torch
+
+    from dpr.distributed import device as default_device
+    from dpr.models import iter_encode_batches, load_biencoder
+
+    dev = torch.device(device) if device else default_device()
+    model, tokenizer = load_biencoder(str(model_path))
+    model.to(dev)
+    normalized = model.config.similarity == "cosine"
+    dim = int(model.dim)
+    np_dtype = np.dtype(dtype)
+    for i, start, end, files, expected in pending:
+        _remove_temps(files)  # leftovers of a killed run: never reused, never mistaken for output
+        files.manifest.unlink(missing_ok=True)  # an outdated shard stops counting as finished right away
+        tmp_vectors = out / f".{files.stem}.npy.tmp"
+        tmp_ids = out / f".{files.stem}.ids.txt.tmp"
+        count = end - start
+        t0 = time.perf_counter()
+        if count:
+            vectors = np.lib.format.open_memmap(tmp_vectors, mode="w+", dtype=np_dtype, shape=(count, dim))
+        else:  # more shards than passages: an empty shard (numpy cannot memory-map 0 bytes)
+            with open(tmp_vectors, "wb") as f:
+                np.save(f, np.zeros((0, dim), dtype=np_dtype))
+        with open(tmp_ids, "w", encoding="utf-8") as ids_f, tqdm(
+            total=count, desc=f"encode shard {i}/{num_shards}", unit="psg", disable=not progress
+        ) as bar:
+            for a in range(start, end, chunk_size):
+                b = min(a + chunk_size, end)
+                rows = ds[a:b]
+                for pid in rows["id"]:
+                    ids_f.write(pid + "\n")
+                for pos, vecs in iter_encode_batches(
+                    model, tokenizer, rows["text"], "passage", batch_size=batch_size, max_length=max_length,
+                    device=dev, autocast=autocast, titles=rows["title"],
+                ):
+                    arr = vecs.numpy().astype(np_dtype)
+                    if not np.isfinite(arr).all():
+                        raise ValueError(f"passage vectors overflow {dtype} in shard {i} (rows {a}-{b}); "
+                                         "use dtype=float32")
+                    vectors[np.asarray(pos) + (a - start)] = arr
+                    bar.update(len(pos))
+        if count:
+            vectors.flush()
+            del vectors
+        seconds = time.perf_counter() - t0
+        manifest = {**expected, "dim": dim, "normalized": normalized, "seconds": round(seconds, 2),
+                    "passages_per_second": round(count / seconds, 1) if seconds > 0 else None}
+        commit_shard(files, tmp_vectors, tmp_ids, manifest)
+        log.info("shard %d/%d: %d passages × %d dims (%s) in %.1f s → %s", i, num_shards, count, dim, dtype,
+                 seconds, files.vectors)
+    return out
+
+
+# The name used in ARCHITECTURE.md's contract list.
+encode_passages = encode_corpus

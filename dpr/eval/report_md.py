@@ -1,0 +1,108 @@
+"""Markdown rendering of an evaluation report (the readable twin of report.json)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+
+def _pct(x: float) -> str:
+    return f"{100.0 * x:.1f}"
+
+
+def _with_ci(value: float, ci: list[float] | None) -> str:
+    if not ci:
+        return _pct(value)
+    return f"{_pct(value)} [{_pct(ci[0])}, {_pct(ci[1])}]"
+
+
+def _p(p: float) -> str:
+    if p != p:  # NaN
+        return "n/a"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def _notes(notes: Mapping[str, Any]) -> list[str]:
+    if not notes:
+        return []
+    lines = ["", "## Notes", ""]
+    for key, value in notes.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        lines.append(f"- **{key}**: {shown}")
+    return lines
+
+
+def render_qa_markdown(report: Mapping[str, Any]) -> str:
+    ks = report["ks"]
+    lines = [
+        "# Retrieval evaluation (top-k accuracy)",
+        "",
+        f"{report['num_questions']} questions; answer matching: `{report['match']}` "
+        f"(has_answer recomputed from the passage texts). Figures in %, with 95% bootstrap intervals "
+        f"({report['bootstrap']['resamples']} resamples, seed {report['bootstrap']['seed']}).",
+        "",
+        f"> {report['note']}",
+        "",
+    ]
+    rows = []
+    for name, sysrep in report["systems"].items():
+        rows.append([name] + [_with_ci(sysrep["top_k"][str(k)], sysrep["ci95"].get(str(k))) for k in ks])
+    lines += _table(["system"] + [f"top-{k}" for k in ks], rows)
+
+    short = [f"{n} ({s['min_ctxs']} passages)" for n, s in report["systems"].items() if s["min_ctxs"] < max(ks)]
+    if short:
+        lines += ["", f"Warning: fewer than {max(ks)} passages for some questions in: {', '.join(short)}."]
+
+    if report["comparisons"]:
+        lines += ["", "## Paired comparisons", "",
+                  "Difference A − B in points; p-values: paired bootstrap / exact sign test (McNemar).", ""]
+        rows = []
+        for comp in report["comparisons"]:
+            for k in ks:
+                c = comp["top_k"][str(k)]
+                rows.append([comp["a"], comp["b"], str(k), f"{100.0 * c['delta']:+.1f}",
+                             _p(c["p_bootstrap"]), _p(c["p_sign"])])
+        lines += _table(["A", "B", "k", "Δ", "p (bootstrap)", "p (sign)"], rows)
+
+        k_ov = report["comparisons"][0]["overlap"]["k"]
+        lines += ["", f"## Overlap of questions answered in the top {k_ov}", ""]
+        rows = [[c["a"], c["b"], str(c["overlap"]["both"]), str(c["overlap"]["only_a"]),
+                 str(c["overlap"]["only_b"]), str(c["overlap"]["neither"])] for c in report["comparisons"]]
+        lines += _table(["A", "B", "both", "only A", "only B", "neither"], rows)
+    lines += _notes(report.get("notes", {}))
+    lines += ["", "![top-k accuracy](topk.png)", ""]
+    return "\n".join(lines)
+
+
+def render_qrels_markdown(report: Mapping[str, Any]) -> str:
+    metrics = report["metrics"]
+    lines = [
+        "# Retrieval evaluation (qrels)",
+        "",
+        f"{report['num_queries']} queries from `{report['qrels']}`. Figures in %, with 95% bootstrap intervals "
+        f"({report['bootstrap']['resamples']} resamples, seed {report['bootstrap']['seed']}).",
+        "",
+        f"> {report['note']}",
+        "",
+    ]
+    rows = [[name] + [_with_ci(s[m], s["ci95"].get(m)) for m in metrics] for name, s in report["systems"].items()]
+    lines += _table(["system"] + metrics, rows)
+    if report["comparisons"]:
+        lines += ["", "## Paired comparisons", "",
+                  "Difference A − B in points; p-values: paired bootstrap / exact sign test over queries.", ""]
+        rows = []
+        for comp in report["comparisons"]:
+            for m in metrics:
+                c = comp["metrics"][m]
+                rows.append([comp["a"], comp["b"], m, f"{100.0 * c['delta']:+.1f}",
+                             _p(c["p_bootstrap"]), _p(c["p_sign"])])
+        lines += _table(["A", "B", "metric", "Δ", "p (bootstrap)", "p (sign)"], rows)
+    lines += _notes(report.get("notes", {}))
+    lines += ["", "![Recall@k](topk.png)", ""]
+    return "\n".join(lines)

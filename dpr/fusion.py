@@ -1,0 +1,247 @@
+"""Hybrid retrieval arithmetic: fuse a BM25 ranking with a dense one, per question.
+
+Linear fusion: ``score = dense + w · bm25``. DPR's hybrid added λ·BM25 to raw dot products, which only
+works for one model's score scale (DPR's dot products are ~80, a cosine model's are ≤ 1, BM25 is
+~10-30), so a weight tuned for one model means nothing for the next. We min-max normalise each list
+per question to [0, 1] by default (``normalize="minmax"``; ``"none"`` keeps raw scores, as DPR). A
+passage missing from one list gets that list's minimum for the question (0 after min-max): it was
+not retrieved, so it is scored as the worst thing that was.
+
+Reciprocal rank fusion: ``Σ 1 / (k_rrf + rank)`` over the lists that hold the passage (rank from 1,
+k_rrf = 60 as in Cormack et al. 2009); scale-free, nothing to tune.
+
+Ties (equal fused scores) are broken by the better dense rank, then the better BM25 rank, then the
+passage id, so fused orders are deterministic.
+
+Inputs are DPR results (a list of ``{question, answers, ctxs}``, aligned by position), TREC runs
+(``{qid: {docid: score}}``) or paths to either (``.json`` = results, anything else = TREC run).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence, Union
+
+import numpy as np
+
+from dpr.errors import DataError
+
+log = logging.getLogger(__name__)
+
+Results = list[dict]
+Run = dict[str, dict[str, float]]
+Source = Union[Results, Run, str, Path]
+
+NORMALIZE = ("minmax", "none")
+DEFAULT_GRID = [round(0.05 * i, 2) for i in range(41)]  # 0, 0.05, …, 2.0
+
+
+# ---------------------------------------------------------------------------------------- one question
+
+def normalize_scores(scores: Sequence[float], method: str = "minmax") -> np.ndarray:
+    """Per-question normalisation: ``minmax`` → [0, 1] (all equal → all 0), ``none`` → unchanged."""
+    arr = np.asarray(scores, dtype=np.float64)
+    if method == "none" or arr.size == 0:
+        return arr
+    if method != "minmax":
+        raise ValueError(f"normalize must be one of {NORMALIZE}, got {method!r}")
+    lo, hi = arr.min(), arr.max()
+    return (arr - lo) / (hi - lo) if hi > lo else np.zeros_like(arr)
+
+
+class _Candidates:
+    """The union of two ranked lists for one question, ready for any fusion weight."""
+
+    def __init__(self, bm25_ranked: Sequence[tuple[str, float]], dense_ranked: Sequence[tuple[str, float]],
+                 normalize: str = "minmax") -> None:
+        b_ids = [pid for pid, _ in bm25_ranked]
+        d_ids = [pid for pid, _ in dense_ranked]
+        b_norm = normalize_scores([s for _, s in bm25_ranked], normalize)
+        d_norm = normalize_scores([s for _, s in dense_ranked], normalize)
+        # a list repeating a passage keeps its first (best) occurrence
+        b_rank: dict[str, int] = {}
+        for r, pid in enumerate(b_ids, 1):
+            b_rank.setdefault(pid, r)
+        d_rank: dict[str, int] = {}
+        for r, pid in enumerate(d_ids, 1):
+            d_rank.setdefault(pid, r)
+        self.ids = list(dict.fromkeys(d_ids + b_ids))
+        b_min = float(b_norm.min()) if b_norm.size else 0.0
+        d_min = float(d_norm.min()) if d_norm.size else 0.0
+        self.bm25 = np.array([b_norm[b_rank[p] - 1] if p in b_rank else b_min for p in self.ids])
+        self.dense = np.array([d_norm[d_rank[p] - 1] if p in d_rank else d_min for p in self.ids])
+        inf = math.inf
+        self.bm25_rank = np.array([b_rank.get(p, inf) for p in self.ids], dtype=np.float64)
+        self.dense_rank = np.array([d_rank.get(p, inf) for p in self.ids], dtype=np.float64)
+        order = sorted(range(len(self.ids)), key=lambda i: (self.dense_rank[i], self.bm25_rank[i], self.ids[i]))
+        self.tiebreak = np.empty(len(self.ids), dtype=np.int64)
+        self.tiebreak[order] = np.arange(len(self.ids))
+
+    def linear(self, weight: float) -> np.ndarray:
+        return self.dense + weight * self.bm25
+
+    def rrf(self, k_rrf: float) -> np.ndarray:
+        # 1/(k+inf) = 0: a list that misses the passage contributes nothing
+        return 1.0 / (k_rrf + self.dense_rank) + 1.0 / (k_rrf + self.bm25_rank)
+
+    def order(self, scores: np.ndarray) -> np.ndarray:
+        """Indices best first: higher score, then the tie-break order."""
+        return np.lexsort((self.tiebreak, -scores))
+
+
+# ------------------------------------------------------------------------------------ loading, saving
+
+def _load(source: Source) -> Results | Run:
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if path.suffix == ".json":
+            from dpr.data.results import read_results
+
+            return read_results(path)
+        from dpr.data.results import read_trec_run
+
+        return read_trec_run(path)
+    return source
+
+
+def _is_run(obj: Results | Run) -> bool:
+    return isinstance(obj, Mapping)
+
+
+def _ranked_ctxs(result: dict) -> list[tuple[str, float]]:
+    return [(str(c["id"]), float(c["score"])) for c in result.get("ctxs", [])]
+
+
+def _ranked_run(docs: Mapping[str, float]) -> list[tuple[str, float]]:
+    return sorted(((d, float(s)) for d, s in docs.items()), key=lambda x: (-x[1], x[0]))
+
+
+def _aligned(bm25: Results, dense: Results) -> list[tuple[dict, dict]]:
+    """Pair results by position; both lists must ask the same questions in the same order."""
+    if len(bm25) != len(dense):
+        raise DataError(None, f"BM25 results hold {len(bm25)} questions but dense results {len(dense)}",
+                        field="question")
+    for i, (b, d) in enumerate(zip(bm25, dense)):
+        if b["question"] != d["question"]:
+            raise DataError(None, f"question {i} differs: BM25 {b['question']!r} vs dense {d['question']!r}",
+                            line=i, field="question")
+    return list(zip(bm25, dense))
+
+
+def _pair_inputs(bm25: Source, dense: Source) -> tuple[Results | Run, Results | Run]:
+    b, d = _load(bm25), _load(dense)
+    if _is_run(b) != _is_run(d):
+        raise ValueError("cannot fuse DPR results with a TREC run: give both in the same format")
+    return b, d
+
+
+def _write(output: str | Path | None, fused: Results | Run, tag: str) -> None:
+    if output is None:
+        return
+    if _is_run(fused):
+        from dpr.data.results import write_trec_run
+
+        write_trec_run(output, fused, tag)
+    else:
+        from dpr.data.results import write_results
+
+        write_results(output, fused)
+
+
+# --------------------------------------------------------------------------------------------- fusion
+
+def _fuse(bm25: Source, dense: Source, k: int, normalize: str, score_fn) -> Results | Run:
+    b, d = _pair_inputs(bm25, dense)
+    if _is_run(b):
+        fused_run: Run = {}
+        for qid in list(dict.fromkeys(list(d) + list(b))):
+            cand = _Candidates(_ranked_run(b.get(qid, {})), _ranked_run(d.get(qid, {})), normalize)
+            scores = score_fn(cand)
+            fused_run[qid] = {cand.ids[i]: float(scores[i]) for i in cand.order(scores)[:k]}
+        return fused_run
+    fused: Results = []
+    for br, dr in _aligned(b, d):
+        cand = _Candidates(_ranked_ctxs(br), _ranked_ctxs(dr), normalize)
+        scores = score_fn(cand)
+        ctx_by_id = {str(c["id"]): c for c in br.get("ctxs", [])}
+        ctx_by_id.update({str(c["id"]): c for c in dr.get("ctxs", [])})
+        ctxs = [{**ctx_by_id[cand.ids[i]], "score": float(scores[i])} for i in cand.order(scores)[:k]]
+        fused.append({**{key: v for key, v in dr.items() if key != "ctxs"}, "ctxs": ctxs})
+    return fused
+
+
+def fuse_linear(bm25: Source, dense: Source, weight: float, output: str | Path | None = None, *,
+                k: int = 100, normalize: str = "minmax") -> Results | Run:
+    """``dense + weight · bm25`` per question, top ``k``; written to ``output`` when given."""
+    fused = _fuse(bm25, dense, k, normalize, lambda c: c.linear(float(weight)))
+    _write(output, fused, f"hybrid_w{weight:g}")
+    return fused
+
+
+def fuse_rrf(bm25: Source, dense: Source, output: str | Path | None = None, *, k: int = 100,
+             k_rrf: float = 60) -> Results | Run:
+    """Reciprocal rank fusion ``Σ 1/(k_rrf + rank)``, top ``k``; written to ``output`` when given."""
+    fused = _fuse(bm25, dense, k, "none", lambda c: c.rrf(float(k_rrf)))
+    _write(output, fused, f"rrf{k_rrf:g}")
+    return fused
+
+
+fuse_runs_linear = fuse_linear  # TREC runs go through the same functions (detected by type or suffix)
+fuse_runs_rrf = fuse_rrf
+
+
+# --------------------------------------------------------------------------------------------- tuning
+
+def tune_linear_weight(bm25_dev: Source, dense_dev: Source, grid: Sequence[float] = DEFAULT_GRID,
+                       metric_k: int = 20, qrels: str | Path | Mapping | None = None,
+                       normalize: str = "minmax") -> tuple[float, list[dict[str, Any]]]:
+    """The grid weight with the best dev metric (ties → the smaller weight) and the whole table.
+
+    QA results: top-``metric_k`` accuracy (a passage with ``has_answer`` in the fused top k).
+    TREC runs: Recall@``metric_k`` against ``qrels`` (path or ``{qid: {docid: rel}}``; rel > 0 counts),
+    averaged over queries with at least one relevant passage.
+    """
+    if not grid:
+        raise ValueError("the weight grid is empty")
+    b, d = _pair_inputs(bm25_dev, dense_dev)
+    per_question: list[tuple[_Candidates, np.ndarray]] = []  # candidates, relevance flag per candidate
+    if _is_run(b):
+        if qrels is None:
+            raise ValueError("tuning on TREC runs needs qrels")
+        if not isinstance(qrels, Mapping):
+            from dpr.data.beir import read_qrels
+
+            qrels = read_qrels(qrels)
+        metric = f"recall@{metric_k}"
+        for qid, judged in qrels.items():
+            relevant = {doc for doc, rel in judged.items() if rel > 0}
+            if not relevant:
+                continue
+            cand = _Candidates(_ranked_run(b.get(qid, {})), _ranked_run(d.get(qid, {})), normalize)
+            flags = np.array([p in relevant for p in cand.ids], dtype=np.float64) / len(relevant)
+            per_question.append((cand, flags))
+    else:
+        metric = f"top{metric_k}"
+        for br, dr in _aligned(b, d):
+            cand = _Candidates(_ranked_ctxs(br), _ranked_ctxs(dr), normalize)
+            hit = {str(c["id"]) for c in [*br.get("ctxs", []), *dr.get("ctxs", [])] if c.get("has_answer")}
+            per_question.append((cand, np.array([p in hit for p in cand.ids], dtype=np.float64)))
+    if not per_question:
+        raise ValueError("no dev questions to tune the fusion weight on")
+
+    table: list[dict[str, Any]] = []
+    best_w, best_v = None, -math.inf
+    for w in sorted(float(x) for x in grid):
+        total = 0.0
+        for cand, flags in per_question:
+            top = cand.order(cand.linear(w))[:metric_k]
+            total += flags[top].max(initial=0.0) if metric.startswith("top") else flags[top].sum()
+        value = total / len(per_question)
+        table.append({"weight": w, "metric": metric, "value": round(value, 6)})
+        if value > best_v + 1e-12:  # strictly better: ties keep the smaller weight
+            best_w, best_v = w, value
+    log.info("fusion weight %.3g: dev %s %.4f (%d questions, grid of %d)", best_w, metric, best_v,
+             len(per_question), len(table))
+    return best_w, table

@@ -1,0 +1,182 @@
+"""Build a FAISS index over the embedding shards of `dpr-encode`.
+
+Any ``faiss.index_factory`` string works. Two placeholders are filled from the data so one config
+fits every corpus: ``{nlist}`` (IVF lists, ≈ 4·sqrt(N) unless set) and ``{m}`` (PQ sub-quantizers,
+must divide the dimension; default the largest divisor ≤ dim/8, i.e. 48 for MiniLM's 384).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+from tqdm.auto import tqdm
+
+from dpr.index import gpu
+from dpr.index.shards import embeddings_info, gather_rows, iter_batches, list_shards
+
+log = logging.getLogger(__name__)
+
+METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
+# k-means wants about this many training points per centroid (faiss warns below 39).
+MIN_POINTS_PER_CENTROID = 39
+
+
+def default_nlist(count: int, train_count: int | None = None) -> int:
+    """≈ 4·sqrt(N) IVF lists, capped so each list gets enough k-means training points."""
+    train_count = count if train_count is None else train_count
+    nlist = max(1, int(round(4 * math.sqrt(max(count, 1)))))
+    return max(1, min(nlist, train_count // MIN_POINTS_PER_CENTROID))
+
+
+def default_pq_m(dim: int) -> int:
+    """Largest divisor of ``dim`` that is ≤ dim/8 (8 dimensions per 1-byte code: 48 for 384)."""
+    target = max(1, dim // 8)
+    return max(d for d in range(1, target + 1) if dim % d == 0)
+
+
+def resolve_factory(factory: str, dim: int, count: int, train_count: int | None = None,
+                    nlist: int | None = None, m: int | None = None) -> str:
+    """Fill ``{nlist}``/``{m}`` and check the PQ constraints before faiss fails with a C++ error."""
+    train_count = count if train_count is None else train_count
+    if "{nlist}" in factory:
+        factory = factory.replace("{nlist}", str(int(nlist) if nlist else default_nlist(count, train_count)))
+    if "{m}" in factory:
+        factory = factory.replace("{m}", str(int(m) if m else default_pq_m(dim)))
+    for pq in re.finditer(r"PQ(\d+)(?:x(\d+))?", factory):
+        pq_m, nbits = int(pq.group(1)), int(pq.group(2) or 8)
+        if dim % pq_m:
+            raise ValueError(f"index factory {factory!r}: PQ m={pq_m} must divide the dimension {dim}")
+        if train_count < 2 ** nbits:
+            raise ValueError(f"index factory {factory!r}: {nbits}-bit PQ needs at least {2 ** nbits} training "
+                             f"vectors, have {train_count}; use fewer bits (PQ{pq_m}x4) or index=flat")
+    for ivf in re.finditer(r"IVF(\d+)", factory):
+        if int(ivf.group(1)) > train_count:
+            raise ValueError(f"index factory {factory!r}: {ivf.group(1)} IVF lists but only {train_count} "
+                             "training vectors")
+    return factory
+
+
+def _train_count(count: int, train_sample: int | None) -> int:
+    return count if not train_sample else min(int(train_sample), count)
+
+
+def planned_factory(embeddings_dir: str | Path, factory: str = "Flat", train_sample: int | None = 262_144,
+                    nlist: int | None = None, m: int | None = None, **unused: Any) -> str:
+    """The factory string `build_index` will use for these embeddings (placeholders filled)."""
+    info = embeddings_info(list_shards(embeddings_dir))
+    count = info["count"]
+    return resolve_factory(factory, info["dim"], count, _train_count(count, train_sample), nlist=nlist, m=m)
+
+
+def set_search_params(index: faiss.Index, nprobe: int | None = None, ef_search: int | None = None) -> None:
+    """Apply query-time knobs where the index has them (IVF ``nprobe``, HNSW ``efSearch``)."""
+    ps = faiss.GpuParameterSpace() if gpu.is_gpu_index(index) else faiss.ParameterSpace()
+    if nprobe:
+        try:
+            ps.set_index_parameter(index, "nprobe", int(nprobe))
+        except RuntimeError:
+            log.debug("index has no nprobe; ignored")
+    if ef_search:
+        try:
+            ps.set_index_parameter(index, "efSearch", int(ef_search))
+        except RuntimeError:
+            log.debug("index has no efSearch; ignored")
+
+
+def build_index(
+    embeddings_dir: str | Path,
+    factory: str = "Flat",
+    metric: str = "ip",
+    train_sample: int | None = 262_144,
+    add_batch_size: int = 65_536,
+    device: str = "cpu",
+    nlist: int | None = None,
+    m: int | None = None,
+    ef_construction: int | None = None,
+    ef_search: int | None = None,
+    nprobe: int | None = None,
+    seed: int = 0,
+    **unused: Any,
+) -> tuple[faiss.Index, list[str]]:
+    """Index every shard of ``embeddings_dir``; returns the index and the passage id of each row.
+
+    ``train_sample``: vectors (uniform, seeded) used to train IVF/PQ; None = all. Vectors are added
+    in ``add_batch_size`` batches from memory-mapped shards. ``device="gpu"`` (IVF indexes): k-means
+    runs on all GPUs and vectors are added to an index sharded over them (returned on GPU;
+    `save_index` copies it back); flat and HNSW indexes are built on CPU. Without GPU support this
+    warns and builds on CPU.
+    """
+    if unused:
+        log.debug("build_index ignores %s", sorted(unused))
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {sorted(METRICS)}, got {metric!r}")
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    start = time.perf_counter()
+    shards = list_shards(embeddings_dir)
+    info = embeddings_info(shards)
+    count, dim = info["count"], info["dim"]
+    if count == 0:
+        raise ValueError(f"{embeddings_dir}: the embeddings hold no passages")
+    train_count = _train_count(count, train_sample)
+    factory = resolve_factory(factory, dim, count, train_count, nlist=nlist, m=m)
+    index = faiss.index_factory(dim, factory, METRICS[metric])
+    # index_factory turns on polysemous training for PQ: a simulated-annealing pass (16 s for 800
+    # vectors here) that only pays off for Hamming-filtered search, which we never use.
+    for inner in (faiss.downcast_index(index), faiss.try_extract_index_ivf(index)):
+        if getattr(inner, "do_polysemous_training", False):
+            inner.do_polysemous_training = False
+    if ef_construction and hasattr(index, "hnsw"):
+        index.hnsw.efConstruction = int(ef_construction)
+    log.info("building %s (%s) over %d passages × %d dims", factory, metric, count, dim)
+
+    if not index.is_trained:
+        rows = np.sort(np.random.default_rng(seed).choice(count, size=train_count, replace=False))
+        sample = gather_rows(shards, rows)
+        ivf = faiss.try_extract_index_ivf(index) if device == "gpu" else None
+        if ivf is not None:
+            clustering = gpu.gpu_clustering_index(dim, METRICS[metric])
+            if clustering is not None:
+                ivf.clustering_index = clustering  # k-means on GPUs; the rest of training stays on CPU
+        t0 = time.perf_counter()
+        index.train(sample)
+        log.info("trained on %d vectors in %.1f s", train_count, time.perf_counter() - t0)
+        del sample
+        if device == "gpu" and ivf is not None:
+            ivf.clustering_index = None  # faiss holds a raw pointer: drop it before the GPU copy is freed
+
+    if device == "gpu":
+        if faiss.try_extract_index_ivf(index) is not None:
+            # IVF adds are compute (list assignment + encoding): do them on GPUs, sharded. Ids stay global
+            # row numbers: faiss shards IVF indexes with explicit sequential ids.
+            index = gpu.to_gpus(index, shard=True)
+        else:
+            # a sharded GPU flat index accepts a single add() only, and adding to a flat index is a copy
+            # anyway; load_index(device="gpu") moves it to the GPUs for search
+            log.info("%s is built on CPU; load it with device=gpu to search on GPUs", factory)
+    with tqdm(total=count, desc="index add", unit="psg", unit_scale=True) as bar:
+        for batch in iter_batches(shards, add_batch_size):
+            index.add(batch)
+            bar.update(len(batch))
+    set_search_params(index, nprobe=nprobe, ef_search=ef_search)
+
+    ids: list[str] = []
+    for shard in shards:
+        ids.extend(shard.ids())
+    if len(ids) != index.ntotal:
+        raise RuntimeError(f"index holds {index.ntotal} vectors but the shards list {len(ids)} ids")
+    log.info("built %s over %d passages in %.1f s", factory, index.ntotal, time.perf_counter() - start)
+    return index, ids
+
+
+def bytes_per_passage(index: faiss.Index) -> float:
+    """Serialized index size / passages (in-memory serialization: for benchmarks and small indexes)."""
+    cpu_index = gpu.to_cpu(index)
+    return len(faiss.serialize_index(cpu_index)) / max(cpu_index.ntotal, 1)

@@ -1,0 +1,234 @@
+"""The on-disk format of passage embeddings: shards written by `dpr-encode`, read by `dpr-index`.
+
+A shard ``shard_{i:03d}_of_{n:03d}`` is three files in one directory:
+
+- ``<stem>.npy``      — ``[count, dim]`` float16 or float32 vectors, row ``r`` = passage ``ids[r]``;
+- ``<stem>.ids.txt``  — one passage id per line, same order;
+- ``<stem>.json``     — the manifest, written last: a shard is finished exactly when its manifest
+  exists and agrees with the other two files (``count``, ``dim``, ``dtype``).
+
+Shard ``i`` of ``n`` holds the contiguous passage range ``shard_range(total, i, n)``, so the
+concatenation of shards 0..n-1 is the passages file in order, every passage exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from dpr.atomic import write_json_atomic
+from dpr.errors import DataError
+
+FORMAT = "dpr-embeddings/1"
+_MANIFEST_RE = re.compile(r"^shard_(\d{3,})_of_(\d{3,})\.json$")
+
+
+def shard_stem(shard_id: int, num_shards: int) -> str:
+    """``shard_002_of_008``: zero-padded so that names sort in shard order."""
+    return f"shard_{shard_id:03d}_of_{num_shards:03d}"
+
+
+def shard_range(total: int, shard_id: int, num_shards: int) -> tuple[int, int]:
+    """Half-open passage range ``[start, end)`` of one shard.
+
+    Boundaries are ``floor(i * total / n)``: contiguous, sizes differ by at most one, every
+    passage lands in exactly one shard, and shards beyond the corpus (n > total) are empty.
+    """
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    if not 0 <= shard_id < num_shards:
+        raise ValueError(f"shard_id must be in [0, {num_shards}), got {shard_id}")
+    if total < 0:
+        raise ValueError(f"total must be >= 0, got {total}")
+    return shard_id * total // num_shards, (shard_id + 1) * total // num_shards
+
+
+def shards_for_rank(num_shards: int, rank: int, world_size: int) -> list[int]:
+    """The shards one process encodes under torchrun: ``i % world_size == rank``."""
+    return [i for i in range(num_shards) if i % world_size == rank]
+
+
+@dataclass(frozen=True)
+class ShardFiles:
+    """Paths of one shard's files inside an embeddings directory."""
+
+    directory: Path
+    stem: str
+
+    @classmethod
+    def of(cls, directory: str | Path, shard_id: int, num_shards: int) -> "ShardFiles":
+        return cls(Path(directory), shard_stem(shard_id, num_shards))
+
+    @property
+    def vectors(self) -> Path:
+        return self.directory / f"{self.stem}.npy"
+
+    @property
+    def ids(self) -> Path:
+        return self.directory / f"{self.stem}.ids.txt"
+
+    @property
+    def manifest(self) -> Path:
+        return self.directory / f"{self.stem}.json"
+
+
+def read_ids(path: str | Path) -> list[str]:
+    """Passage ids, one per line (an empty file is an empty shard)."""
+    text = Path(path).read_text(encoding="utf-8")
+    return text.split("\n")[:-1] if text else []
+
+
+def write_ids(path: str | Path, ids: list[str]) -> None:
+    """One id per line; ids come from passages.tsv, which cannot hold tabs or newlines in a field."""
+    with open(path, "w", encoding="utf-8") as f:
+        for pid in ids:
+            f.write(pid)
+            f.write("\n")
+
+
+def check_shard(files: ShardFiles) -> dict | None:
+    """The manifest of a finished shard, or None when the shard is absent, partial or inconsistent.
+
+    Cheap: reads the manifest, the ``.npy`` header and counts id lines; never loads the vectors.
+    """
+    try:
+        manifest = json.loads(files.manifest.read_text(encoding="utf-8"))
+        if manifest.get("format") != FORMAT:
+            return None
+        arr = np.load(files.vectors, mmap_mode="r")
+        count, dim = int(manifest["count"]), int(manifest["dim"])
+        if arr.ndim != 2 or arr.shape != (count, dim) or str(arr.dtype) != manifest["dtype"]:
+            return None
+        with open(files.ids, "rb") as f:
+            lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        if lines != count:
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return manifest
+
+
+@dataclass(frozen=True)
+class Shard:
+    files: ShardFiles
+    manifest: dict
+
+    @property
+    def count(self) -> int:
+        return int(self.manifest["count"])
+
+    def vectors(self) -> np.ndarray:
+        """Memory-mapped ``[count, dim]`` array in the stored dtype."""
+        return np.load(self.files.vectors, mmap_mode="r")
+
+    def ids(self) -> list[str]:
+        return read_ids(self.files.ids)
+
+
+def list_shards(embeddings_dir: str | Path) -> list[Shard]:
+    """Every shard of a complete embeddings directory, in shard order.
+
+    Raises DataError when shards are missing or unfinished, or disagree on num_shards, dim, dtype,
+    model or normalisation: an index over half a corpus would silently lose passages.
+    """
+    root = Path(embeddings_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"embeddings directory not found: {root}")
+    found: dict[int, set[int]] = {}
+    for p in root.iterdir():
+        m = _MANIFEST_RE.match(p.name)
+        if m:
+            found.setdefault(int(m.group(2)), set()).add(int(m.group(1)))
+    if not found:
+        raise DataError(root, "no finished shards (shard_XXX_of_YYY.json); run dpr-encode first")
+    if len(found) > 1:
+        raise DataError(root, f"shards from different num_shards runs mixed: {sorted(found)}", field="num_shards")
+    (num_shards, present), = found.items()
+    missing = sorted(set(range(num_shards)) - present)
+    if missing:
+        raise DataError(root, f"{len(missing)} of {num_shards} shards missing or unfinished: {missing[:20]}; "
+                        "run dpr-encode for them", field="shard_id")
+    shards = []
+    for i in range(num_shards):
+        files = ShardFiles.of(root, i, num_shards)
+        manifest = check_shard(files)
+        if manifest is None:
+            raise DataError(files.manifest, "shard files disagree with the manifest (interrupted write?); "
+                            "delete the manifest and rerun dpr-encode")
+        shards.append(Shard(files, manifest))
+    first = shards[0].manifest
+    for s in shards[1:]:
+        for key in ("dim", "dtype", "model", "normalized"):
+            if s.manifest.get(key) != first.get(key):
+                raise DataError(s.files.manifest, f"differs from shard 0: {s.manifest.get(key)!r} != "
+                                f"{first.get(key)!r}", field=key)
+    return shards
+
+
+def embeddings_info(shards: list[Shard]) -> dict:
+    """Totals over shards: ``count``, ``dim``, ``dtype``, ``model``, ``normalized``."""
+    first = shards[0].manifest
+    return {
+        "count": sum(s.count for s in shards),
+        "dim": int(first["dim"]),
+        "dtype": first["dtype"],
+        "model": first.get("model"),
+        "normalized": bool(first.get("normalized", False)),
+        "num_shards": len(shards),
+    }
+
+
+def iter_batches(shards: list[Shard], batch_size: int) -> Iterator[np.ndarray]:
+    """float32 batches of at most ``batch_size`` rows across all shards, in passage order.
+
+    Shards are memory-mapped and converted per batch, so memory stays at one batch however large
+    the corpus is.
+    """
+    for shard in shards:
+        arr = shard.vectors()
+        for start in range(0, arr.shape[0], batch_size):
+            yield np.ascontiguousarray(arr[start:start + batch_size], dtype=np.float32)
+
+
+def gather_rows(shards: list[Shard], rows: np.ndarray) -> np.ndarray:
+    """float32 vectors of the given global row numbers (sorted ascending), across shards."""
+    offsets = np.cumsum([0] + [s.count for s in shards])
+    parts = []
+    for i, shard in enumerate(shards):
+        lo, hi = np.searchsorted(rows, [offsets[i], offsets[i + 1]])
+        if hi > lo:
+            parts.append(np.asarray(shard.vectors()[rows[lo:hi] - offsets[i]], dtype=np.float32))
+    dim = int(shards[0].manifest["dim"])
+    return np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+
+
+def commit_shard(files: ShardFiles, tmp_vectors: Path, tmp_ids: Path, manifest: dict) -> None:
+    """Rename finished temp files into place, manifest last: until it exists the shard is unfinished."""
+    files.manifest.unlink(missing_ok=True)  # a stale manifest must never vouch for new files
+    os.replace(tmp_vectors, files.vectors)
+    os.replace(tmp_ids, files.ids)
+    write_json_atomic(files.manifest, {"format": FORMAT, **manifest})
+
+
+def write_shard(directory: str | Path, shard_id: int, num_shards: int, vectors: np.ndarray,
+                ids: list[str], **manifest: object) -> ShardFiles:
+    """Write an in-memory shard (embeddings computed elsewhere, tests) in the `dpr-encode` format."""
+    if vectors.ndim != 2 or vectors.shape[0] != len(ids):
+        raise ValueError(f"vectors {list(vectors.shape)} do not match {len(ids)} ids")
+    files = ShardFiles.of(directory, shard_id, num_shards)
+    files.directory.mkdir(parents=True, exist_ok=True)
+    tmp_vectors = files.directory / f".{files.stem}.npy.tmp"
+    tmp_ids = files.directory / f".{files.stem}.ids.txt.tmp"
+    with open(tmp_vectors, "wb") as f:
+        np.save(f, vectors)
+    write_ids(tmp_ids, ids)
+    meta = {"shard_id": shard_id, "num_shards": num_shards, "count": len(ids), "dim": int(vectors.shape[1]),
+            "dtype": str(vectors.dtype), "normalized": False, **manifest}
+    commit_shard(files, tmp_vectors, tmp_ids, meta)
+    return files

@@ -1,0 +1,104 @@
+"""Saving and loading an index: ``<path>`` (faiss), ``<path>.ids`` (passage ids) and ``<path>.json`` (metadata).
+
+Each is written aside and renamed (ids, then index, then metadata), so no file is ever half-written;
+`load_index` checks that the ids and the index agree in length.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import faiss
+
+from dpr.atomic import atomic_path, write_json_atomic
+from dpr.errors import DataError
+from dpr.index import gpu
+from dpr.index.build import build_index, planned_factory, set_search_params
+from dpr.index.shards import embeddings_info, list_shards, read_ids, write_ids
+
+log = logging.getLogger(__name__)
+
+
+def ids_path(path: str | Path) -> Path:
+    return Path(str(path) + ".ids")
+
+
+def meta_path(path: str | Path) -> Path:
+    return Path(str(path) + ".json")
+
+
+def save_index(index: faiss.Index, ids: list[str], path: str | Path, meta: dict | None = None) -> int:
+    """Write the index (copied to CPU if it lives on GPUs) and its ids; returns the index file size."""
+    path = Path(path)
+    cpu_index = gpu.to_cpu(index)
+    if cpu_index.ntotal != len(ids):
+        raise ValueError(f"index holds {cpu_index.ntotal} vectors but {len(ids)} ids were given")
+    with atomic_path(ids_path(path)) as tmp:
+        write_ids(tmp, ids)
+    meta = {**(meta or {}), "count": int(cpu_index.ntotal), "dim": int(cpu_index.d),
+            "metric": "ip" if cpu_index.metric_type == faiss.METRIC_INNER_PRODUCT else "l2"}
+    with atomic_path(path) as tmp:
+        faiss.write_index(cpu_index, str(tmp))
+        size = tmp.stat().st_size
+    meta["bytes"] = size
+    meta["bytes_per_passage"] = round(size / max(cpu_index.ntotal, 1), 2)
+    write_json_atomic(meta_path(path), meta)
+    log.info("saved %s: %d passages, %.1f bytes/passage", path, cpu_index.ntotal, meta["bytes_per_passage"])
+    return size
+
+
+def read_index_meta(path: str | Path) -> dict:
+    """The metadata written beside an index, or {} for an index built elsewhere."""
+    try:
+        return json.loads(meta_path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+
+
+def load_index(path: str | Path, device: str = "cpu", nprobe: int | None = None,
+               ef_search: int | None = None, mmap: bool = False) -> tuple[faiss.Index, list[str]]:
+    """Read an index and its ids; ``device="gpu"`` shards it over all visible GPUs (CPU fallback).
+
+    ``mmap=True`` memory-maps the index file (large flat/IVF indexes on CPU: pages load on demand).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"index not found: {path}")
+    if not ids_path(path).is_file():
+        raise FileNotFoundError(f"index ids not found: {ids_path(path)} (written by save_index beside the index)")
+    flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
+    index = faiss.read_index(str(path), flags)
+    ids = read_ids(ids_path(path))
+    if len(ids) != index.ntotal:
+        raise DataError(ids_path(path), f"{len(ids)} ids for an index of {index.ntotal} vectors")
+    if device == "gpu":
+        index = gpu.to_gpus(index, shard=True)
+    elif device != "cpu":
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    set_search_params(index, nprobe=nprobe, ef_search=ef_search)
+    return index, ids
+
+
+def build_and_save(embeddings_dir: str | Path, output: str | Path, **params: Any) -> dict:
+    """`build_index` + `save_index`; returns (and logs) count, dim, factory, build seconds, bytes/passage."""
+    start = time.perf_counter()
+    index, ids = build_index(embeddings_dir, **params)
+    seconds = time.perf_counter() - start
+    info = embeddings_info(list_shards(embeddings_dir))
+    meta = {
+        "factory": planned_factory(embeddings_dir, **params),
+        "embeddings": str(Path(embeddings_dir).resolve()),
+        "model": info["model"],
+        "normalized": info["normalized"],
+        "build_seconds": round(seconds, 2),
+        "params": {k: v for k, v in params.items() if isinstance(v, (str, int, float, bool, type(None)))},
+    }
+    save_index(index, ids, output, meta)
+    meta = read_index_meta(output)
+    log.info("index %s: %d passages, built in %.1f s, %.1f bytes/passage", output, meta["count"],
+             seconds, meta["bytes_per_passage"])
+    return meta

@@ -1,0 +1,194 @@
+"""The bi-encoder: a question tower and a passage tower over any Hugging Face encoder.
+
+Vectors and similarity
+----------------------
+``encode_questions`` / ``encode_passages`` return float32 ``[B, D]``: pooled token states
+(``cls`` or masked ``mean``), optionally through a linear projection. With
+``similarity="cosine"`` they return L2-normalised vectors, so an inner-product FAISS index over
+exported passage vectors ranks exactly as the model does; ``similarity(q, p)`` is then a dot
+product divided by ``temperature`` (it normalises again, which is a no-op for encoder outputs and
+makes it correct for vectors from elsewhere). With ``similarity="dot"`` vectors are raw and the
+score is ``q . p / temperature``.
+
+Towers are two independent copies of the same pretrained weights by default (DPR); with
+``shared=True`` one encoder (and one projection) serves both, stored once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dpr.models.pooling import POOLING_MODES, pool
+
+SIMILARITIES = ("dot", "cosine")
+_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass
+class BiEncoderConfig:
+    """Everything needed to rebuild a bi-encoder's architecture (saved as ``biencoder.json``)."""
+
+    name: str = "all-MiniLM-L6-v2"
+    shared: bool = False
+    pooling: str = "mean"
+    projection_dim: int | None = None
+    similarity: str = "dot"
+    temperature: float = 1.0
+    question_max_length: int = 64
+    passage_max_length: int = 256
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLING_MODES:
+            raise ValueError(f"model.pooling must be one of {POOLING_MODES}, got {self.pooling!r}")
+        if self.similarity not in SIMILARITIES:
+            raise ValueError(f"model.similarity must be one of {SIMILARITIES}, got {self.similarity!r}")
+        if not float(self.temperature) > 0:
+            raise ValueError(f"model.temperature must be > 0, got {self.temperature!r}")
+        if self.projection_dim is not None and int(self.projection_dim) <= 0:
+            raise ValueError(f"model.projection_dim must be a positive integer or null, got {self.projection_dim!r}")
+        for key in ("question_max_length", "passage_max_length"):
+            if int(getattr(self, key)) <= 0:
+                raise ValueError(f"model.{key} must be positive, got {getattr(self, key)!r}")
+        self.temperature = float(self.temperature)
+        self.projection_dim = int(self.projection_dim) if self.projection_dim is not None else None
+        self.question_max_length = int(self.question_max_length)
+        self.passage_max_length = int(self.passage_max_length)
+        self.shared = bool(self.shared)
+        self.name = str(self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BiEncoderConfig":
+        """Build from a mapping (e.g. a Hydra ``model`` node); unknown keys are an error, not ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown bi-encoder config keys {unknown}; known: {sorted(known)}")
+        return cls(**dict(d))
+
+
+def _freeze_unused_pooler(encoder: nn.Module) -> None:
+    """BERT-style models carry a pooler we never call (we pool token states ourselves).
+
+    Its parameters would get no gradient, which DDP (without find_unused_parameters) reports as
+    an error; freezing them keeps them out of the reducer while leaving the saved HF model intact.
+    """
+    pooler = getattr(encoder, "pooler", None)
+    if isinstance(pooler, nn.Module):
+        for param in pooler.parameters():
+            param.requires_grad_(False)
+
+
+class BiEncoder(nn.Module):
+    """Question and passage towers with pooling, optional projection and a similarity function."""
+
+    def __init__(
+        self,
+        config: BiEncoderConfig,
+        question_encoder: nn.Module,
+        passage_encoder: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        if not config.shared and passage_encoder is None:
+            raise ValueError("separate towers (shared=False) need a passage encoder")
+        self.question_encoder = question_encoder
+        self.question_projection = nn.Linear(self.hidden_size, config.projection_dim) if config.projection_dim else None
+        # Shared towers are stored once, so state_dict has one entry per weight (safetensors refuses
+        # aliased tensors). Separate towers are registered under the names the properties below
+        # read; writing to _modules directly because the properties shadow plain attribute setting.
+        if not config.shared:
+            self._modules["passage_encoder"] = passage_encoder
+            if config.projection_dim:
+                self._modules["passage_projection"] = nn.Linear(self.hidden_size, config.projection_dim)
+        for enc in {id(m): m for m in (self.question_encoder, self.passage_encoder)}.values():
+            _freeze_unused_pooler(enc)
+
+    # The passage tower is the question tower when shared; these properties hide the difference.
+    @property
+    def passage_encoder(self) -> nn.Module:
+        return self.question_encoder if self.config.shared else self._modules["passage_encoder"]
+
+    @property
+    def passage_projection(self) -> nn.Linear | None:
+        if self.config.shared:
+            return self.question_projection
+        return self._modules.get("passage_projection")
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.question_encoder.config.hidden_size)
+
+    @property
+    def dim(self) -> int:
+        """Dimension of the output vectors."""
+        return self.config.projection_dim or self.hidden_size
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def _encode(
+        self,
+        encoder: nn.Module,
+        projection: nn.Linear | None,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        out = encoder(**kwargs)
+        hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+        # Pool in fp32: summing many bf16 token states loses precision.
+        vec = pool(hidden.float(), attention_mask, self.config.pooling)
+        if projection is not None:
+            vec = projection(vec)
+        vec = vec.float()
+        if self.config.similarity == "cosine":
+            vec = F.normalize(vec, p=2, dim=-1)
+        return vec
+
+    def encode_questions(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``[B, L]`` token ids -> ``[B, D]`` float32 (L2-normalised for cosine similarity)."""
+        return self._encode(self.question_encoder, self.question_projection, input_ids, attention_mask, token_type_ids)
+
+    def encode_passages(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``[N, L]`` token ids -> ``[N, D]`` float32 (L2-normalised for cosine similarity)."""
+        return self._encode(self.passage_encoder, self.passage_projection, input_ids, attention_mask, token_type_ids)
+
+    def similarity(self, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """``[B, D] x [N, D] -> [B, N]`` scores: dot or cosine, divided by the temperature."""
+        if self.config.similarity == "cosine":
+            q = F.normalize(q, p=2, dim=-1)
+            p = F.normalize(p, p=2, dim=-1)
+        return (q @ p.transpose(0, 1)) / self.config.temperature
+
+    def forward(
+        self, q_inputs: Mapping[str, torch.Tensor] | None = None, p_inputs: Mapping[str, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Encode either or both batches (dicts of tokenizer outputs; extra keys are ignored).
+
+        One ``forward`` for both towers so a DistributedDataParallel wrapper sees every parameter
+        used in a single call; either side may be None (the gradient cache encodes chunks).
+        """
+        q = self.encode_questions(**_select(q_inputs)) if q_inputs is not None else None
+        p = self.encode_passages(**_select(p_inputs)) if p_inputs is not None else None
+        return q, p
+
+
+def _select(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: inputs[k] for k in _INPUT_KEYS if k in inputs and inputs[k] is not None}

@@ -1,0 +1,180 @@
+"""Batched inference encoding, shared by validation during training and passage export.
+
+Texts are sorted by length so each batch pads only to its own longest text (on a corpus of
+mixed lengths this roughly halves the tokens processed), encoded under ``torch.inference_mode``
+with bf16 autocast where the hardware supports it, and returned in the caller's order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from dpr.models.biencoder import BiEncoder
+
+log = logging.getLogger(__name__)
+
+TOWERS = ("question", "passage")
+
+
+def cpu_supports_bf16() -> bool:
+    """True when this CPU has native bf16 matmuls (AVX512-BF16 or AMX); emulated bf16 is slower than fp32."""
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        fn = getattr(torch.cpu, probe, None)
+        if fn is not None:
+            try:
+                if fn():
+                    return True
+            except Exception:  # private probes; absence of support is the safe answer
+                continue
+    return False
+
+
+def autocast_context(device: torch.device | str, autocast: str | None = "auto") -> contextlib.AbstractContextManager:
+    """An autocast context for inference.
+
+    ``autocast``: "auto" (bf16 on CUDA with bf16 support, else fp16; bf16 on CPUs with native
+    support; otherwise off), "bf16", "fp16", or None/"off"/"none"/"fp32" for full precision.
+    """
+    dev = torch.device(device)
+    mode = (autocast or "off").lower()
+    if mode in ("off", "none", "fp32", "false"):
+        return contextlib.nullcontext()
+    if mode == "auto":
+        if dev.type == "cuda":
+            mode = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        elif dev.type == "cpu" and cpu_supports_bf16():
+            mode = "bf16"
+        else:
+            return contextlib.nullcontext()
+    dtypes = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+    if mode not in dtypes:
+        raise ValueError(f"autocast must be auto, bf16, fp16 or off; got {autocast!r}")
+    return torch.autocast(device_type=dev.type, dtype=dtypes[mode])
+
+
+def tokenize_batch(
+    tokenizer: Any, texts: Sequence[str], titles: Sequence[str] | None, max_length: int
+) -> dict[str, torch.Tensor]:
+    """Tokenize one batch, padded to its longest member.
+
+    With titles, each passage is the pair (title, text) -- DPR's ``[CLS] title [SEP] text [SEP]``;
+    a passage with an empty title is encoded as text alone, as DPR does.
+    """
+    kw = dict(truncation=True, max_length=max_length)
+    if titles is None or not any(titles):
+        return dict(tokenizer(list(texts), padding="longest", return_tensors="pt", **kw))
+    if all(titles):
+        return dict(tokenizer(list(titles), list(texts), padding="longest", return_tensors="pt", **kw))
+    # Mixed batch: tokenize each kind unpadded, then pad together in the original order.
+    singles = [i for i, t in enumerate(titles) if not t]
+    pairs = [i for i, t in enumerate(titles) if t]
+    encoded: list[dict | None] = [None] * len(texts)
+    one = tokenizer([texts[i] for i in singles], **kw)
+    two = tokenizer([titles[i] for i in pairs], [texts[i] for i in pairs], **kw)
+    for enc, idx in ((one, singles), (two, pairs)):
+        for j, i in enumerate(idx):
+            encoded[i] = {k: v[j] for k, v in enc.items()}
+    return dict(tokenizer.pad(encoded, padding="longest", return_tensors="pt"))
+
+
+def _unwrap(model: nn.Module) -> BiEncoder:
+    while not isinstance(model, BiEncoder) and isinstance(getattr(model, "module", None), nn.Module):
+        model = model.module
+    if not isinstance(model, BiEncoder):
+        raise TypeError(f"expected a BiEncoder, got {type(model).__name__}")
+    return model
+
+
+def iter_encode_batches(
+    model: nn.Module,
+    tokenizer: Any,
+    texts: Sequence[str],
+    tower: str,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    device: torch.device | str | None = None,
+    autocast: str | None = "auto",
+    titles: Sequence[str] | None = None,
+    progress: bool = False,
+    sort_by_length: bool = True,
+) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """Yield ``(positions, vectors)`` per batch: row k of ``vectors`` (float32, CPU) encodes
+    ``texts[positions[k]]``. Batches come in length order, not input order (see :func:`encode_texts`).
+
+    The model is put in eval mode for the duration (dropout off) and restored afterwards; with
+    ``device`` given it is moved there (in place).
+    """
+    if tower not in TOWERS:
+        raise ValueError(f"tower must be one of {TOWERS}, got {tower!r}")
+    if titles is not None and len(titles) != len(texts):
+        raise ValueError(f"{len(titles)} titles for {len(texts)} texts")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    bi = _unwrap(model)
+    if max_length is None:
+        max_length = bi.config.question_max_length if tower == "question" else bi.config.passage_max_length
+    dev = torch.device(device) if device is not None else bi.device
+    if bi.device != dev:
+        bi.to(dev)
+    encode = bi.encode_questions if tower == "question" else bi.encode_passages
+
+    def length(i: int) -> int:
+        return len(texts[i]) + (len(titles[i]) if titles is not None else 0)
+
+    # Longest first: the first batch shows the peak memory right away, not at the end of a long run.
+    order = sorted(range(len(texts)), key=length, reverse=True) if sort_by_length else list(range(len(texts)))
+    was_training = bi.training
+    bi.eval()
+    try:
+        with tqdm(total=len(texts), desc=f"encode {tower}s", unit="text", disable=not progress) as bar:
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size]
+                batch = tokenize_batch(
+                    tokenizer,
+                    [texts[i] for i in idx],
+                    [titles[i] for i in idx] if titles is not None else None,
+                    max_length,
+                )
+                inputs = {k: batch[k].to(dev) for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+                # Grad/autocast modes are thread-wide: enter them per batch, never across the yield,
+                # or they would leak into the consumer's code while this generator is suspended.
+                with torch.inference_mode(), autocast_context(dev, autocast):
+                    vecs = encode(**inputs).float().cpu()
+                # A clone made outside inference mode is an ordinary tensor (inference tensors
+                # refuse later use in autograd, e.g. as a validation score's input).
+                yield idx, vecs.clone()
+                bar.update(len(idx))
+    finally:
+        bi.train(was_training)
+
+
+def encode_texts(
+    model: nn.Module,
+    tokenizer: Any,
+    texts: Sequence[str],
+    tower: str,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    device: torch.device | str | None = None,
+    autocast: str | None = "auto",
+    titles: Sequence[str] | None = None,
+    progress: bool = False,
+) -> torch.Tensor:
+    """Encode ``texts`` with the question or passage tower: float32 ``[N, D]`` on the CPU, input order.
+
+    ``max_length`` defaults to the config's length for the tower; ``autocast`` as in
+    :func:`autocast_context`; ``titles`` (passages) are encoded as (title, text) pairs.
+    """
+    bi = _unwrap(model)
+    out = torch.empty((len(texts), bi.dim), dtype=torch.float32)
+    for idx, vecs in iter_encode_batches(
+        bi, tokenizer, texts, tower, batch_size, max_length, device, autocast, titles, progress
+    ):
+        out[torch.as_tensor(idx, dtype=torch.long)] = vecs
+    return out

@@ -1,0 +1,188 @@
+"""Resumable checkpoints: weights (safetensors), optimizer, scheduler, scaler, RNG states, data position.
+
+Layout of ``<output_dir>/checkpoints/step_<n>/`` (each directory is written aside, then renamed, so a
+killed run never leaves a half checkpoint that resume would pick up):
+
+- ``model.safetensors`` — the bi-encoder's weights (tied towers stored once)
+- ``optimizer.pt``, ``scheduler.pt``, ``scaler.pt`` — torch state dicts
+- ``rng.pt`` — python/numpy/torch/cuda RNG states, one entry per rank
+- ``state.json`` — step, epoch, batch in epoch, best metric so far, and anything else the trainer keeps
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+
+from dpr.atomic import atomic_path
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_DIR = "checkpoints"
+BEST_DIR = "best"
+_STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+def rng_state() -> dict:
+    """This process's RNG states, in a form ``torch.load(weights_only=True)`` accepts."""
+    np_state = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": {
+            "kind": np_state[0],
+            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached_gaussian": float(np_state[4]),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what :func:`rng_state` captured (CUDA states only where there are GPUs)."""
+    random.setstate(_as_tuple(state["python"]))
+    npst = state["numpy"]
+    np.random.set_state(
+        (npst["kind"], npst["keys"].numpy().astype(np.uint32), npst["pos"], npst["has_gauss"], npst["cached_gaussian"])
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        cuda = state["cuda"]
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+        else:  # a different GPU count: restore this process's device only
+            torch.cuda.set_rng_state(cuda[min(torch.cuda.current_device(), len(cuda) - 1)])
+
+
+def _as_tuple(x: Any) -> Any:
+    # random.setstate wants nested tuples; serialisation may hand back lists.
+    return tuple(_as_tuple(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+def checkpoint_dir(output_dir: str | Path, step: int) -> Path:
+    return Path(output_dir) / CHECKPOINT_DIR / f"step_{step}"
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints under ``output_dir``, oldest first."""
+    root = Path(output_dir) / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    found = []
+    for d in root.iterdir():
+        m = _STEP_RE.match(d.name)
+        if m and d.is_dir() and (d / "state.json").is_file():
+            found.append((int(m.group(1)), d))
+    return [d for _, d in sorted(found)]
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    ckpts = list_checkpoints(output_dir)
+    return ckpts[-1] if ckpts else None
+
+
+def read_state(path: str | Path) -> dict:
+    """A checkpoint's ``state.json`` ({} when there is none)."""
+    f = Path(path) / "state.json"
+    return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
+
+
+def save_checkpoint(
+    output_dir: str | Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    scaler: Any,
+    state: dict,
+    rng_states: list[dict],
+    keep: int = 0,
+) -> Path:
+    """Write ``checkpoints/step_<step>/`` atomically, then drop all but the newest ``keep`` (<= 0: keep all)."""
+    target = checkpoint_dir(output_dir, step)
+    with atomic_path(target) as tmp:
+        tmp.mkdir()
+        save_model(model, str(tmp / "model.safetensors"))
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        if scaler is not None:
+            torch.save(scaler.state_dict(), tmp / "scaler.pt")
+        torch.save(rng_states, tmp / "rng.pt")
+        (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=2), encoding="utf-8")
+    log.info("saved checkpoint %s", target)
+    prune_checkpoints(output_dir, keep)
+    return target
+
+
+def prune_checkpoints(output_dir: str | Path, keep: int) -> None:
+    if keep <= 0:
+        return
+    for old in list_checkpoints(output_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(
+    path: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    scaler: Any = None,
+    map_location: str | torch.device = "cpu",
+) -> tuple[dict, list[dict]]:
+    """Load weights and optimizer/scheduler/scaler states in place. Returns ``(state, rng_states)``."""
+    path = Path(path)
+    if not (path / "state.json").is_file():
+        raise FileNotFoundError(f"{path}: not a checkpoint (no state.json)")
+    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False, device=str(map_location))
+    if missing or unexpected:
+        raise ValueError(f"{path}/model.safetensors does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if optimizer is not None:
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=map_location, weights_only=True))
+    if scheduler is not None:
+        scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=True))
+    if scaler is not None and (path / "scaler.pt").is_file():
+        scaler.load_state_dict(torch.load(path / "scaler.pt", map_location="cpu", weights_only=True))
+    rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=True)
+    state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    return state, rng
+
+
+def save_best(output_dir: str | Path, model: torch.nn.Module, info: dict) -> Path:
+    """Keep the best weights so far in ``checkpoints/best/`` (atomic), with their step and metric."""
+    target = Path(output_dir) / CHECKPOINT_DIR / BEST_DIR
+    with atomic_path(target) as tmp:
+        tmp.mkdir()
+        save_model(model, str(tmp / "model.safetensors"))
+        (tmp / "best.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+    return target
+
+
+def read_best(output_dir: str | Path) -> dict | None:
+    f = Path(output_dir) / CHECKPOINT_DIR / BEST_DIR / "best.json"
+    return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
+
+
+def load_best(output_dir: str | Path, model: torch.nn.Module, map_location: str = "cpu") -> dict:
+    """Load the best weights into ``model``; returns their ``best.json``."""
+    d = Path(output_dir) / CHECKPOINT_DIR / BEST_DIR
+    load_model(model, str(d / "model.safetensors"), strict=True, device=str(map_location))
+    return json.loads((d / "best.json").read_text(encoding="utf-8"))
+
+
+__all__ = [
+    "rng_state", "set_rng_state", "checkpoint_dir", "list_checkpoints", "latest_checkpoint", "read_state",
+    "save_checkpoint", "prune_checkpoints", "load_checkpoint", "save_best", "read_best", "load_best",
+]

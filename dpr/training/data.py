@@ -1,0 +1,270 @@
+"""Training examples, their seeded order (sharded per rank under DDP), and the batch collator.
+
+What a batch is (the choices, in one place):
+
+- ``train.batch_size`` is **per device**. One optimizer step sees a global batch of
+  ``batch_size × world_size`` questions, and that global batch is the negative pool: every question is
+  scored against ``batch_size × world_size × (1 + H)`` passages (the loss gathers them across ranks).
+  ``grad_accumulation_steps`` runs several such batches before one optimizer step: it averages
+  gradients and adds **no** negatives. ``grad_cache_chunk_size`` lets a big batch fit in memory
+  (same negatives and gradients as the big batch, computed in chunks).
+- Order: each epoch is a permutation of the examples seeded by ``(seed, epoch)``. Batches are filled
+  in that order, deferring an example whose positive passage is already in the batch (it would be
+  its neighbour's "negative" — SQuAD has ~5 questions per paragraph), and the last incomplete global
+  batch is dropped so all ranks have equally shaped batches. Rank ``r`` takes slice
+  ``[r·B, (r+1)·B)`` of each global batch: ranks are disjoint and the global batch does not depend on
+  the world size.
+- Positive: the first positive (DPR's default); ``shuffle_positives`` draws one per (seed, epoch, example).
+- Hard negatives: ``hard_negative_ctxs`` (BM25-mined) first, then ``negative_ctxs``; like DPR the list
+  is shuffled per (seed, epoch, example) (``shuffle_hard_negatives``) and the first H are taken.
+  A question with fewer than H is topped up with passages drawn (seeded) from all training
+  passages (other questions' positives and negatives) that are not one of its own positives, so
+  every question has exactly ``1 + H`` passages — the loss relies on that layout (passage
+  ``i·(1+H)`` is question ``i``'s positive). ``H = 0`` trains on in-batch negatives only.
+- Examples with no positive passage (DPR's dev files have some) are skipped, with a count in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Iterator, NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from dpr.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+class TrainItem(NamedTuple):
+    """One training question: its text and ``1 + H`` ctx dicts, the positive first."""
+
+    question: str
+    passages: list[dict]
+
+
+def load_examples(path: str | Path) -> list[dict]:
+    """DPR retriever JSON examples that have at least one positive passage."""
+    from dpr.data.retriever_json import read_retriever_json
+
+    examples = read_retriever_json(path)
+    kept = [ex for ex in examples if ex["positive_ctxs"]]
+    if len(kept) < len(examples):
+        log.info("%s: skipped %d of %d examples without a positive passage", path, len(examples) - len(kept), len(examples))
+    if not kept:
+        raise DataError(path, "no example has a positive passage (positive_ctxs)")
+    return kept
+
+
+def _rng(seed: int, *keys: int) -> np.random.Generator:
+    # SeedSequence mixes all keys: (seed, epoch=1, idx=0) and (seed, epoch=0, idx=1) are unrelated streams.
+    return np.random.default_rng([int(seed) & 0xFFFFFFFF, *(int(k) for k in keys)])
+
+
+def epoch_permutation(num_examples: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+    """The order of examples in ``epoch`` (identity when ``shuffle`` is off)."""
+    if not shuffle:
+        return np.arange(num_examples)
+    return _rng(seed, epoch).permutation(num_examples)
+
+
+def _positive_ids(example: dict) -> frozenset[str]:
+    return frozenset(c["passage_id"] for c in example["positive_ctxs"])
+
+
+def global_batches(
+    examples: Sequence[dict],
+    global_batch_size: int,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+    dedup_positives: bool = True,
+) -> list[list[int]]:
+    """Example indices of each full global batch of ``epoch``, in training order.
+
+    With ``dedup_positives`` an example whose positive passage is already in the batch waits for the
+    next batch (it stays at the front of the queue, so the order is still the permutation's).
+    """
+    if global_batch_size <= 0:
+        raise ValueError(f"batch size must be positive, got {global_batch_size}")
+    order = epoch_permutation(len(examples), seed, epoch, shuffle).tolist()
+    if not dedup_positives:
+        n = len(order) // global_batch_size
+        return [order[i * global_batch_size:(i + 1) * global_batch_size] for i in range(n)]
+    batches: list[list[int]] = []
+    waiting: list[int] = []
+    pos = 0
+    while True:
+        batch, seen, still_waiting = [], set(), []
+        for idx in waiting:  # deferred examples first
+            ids = _positive_ids(examples[idx])
+            if len(batch) < global_batch_size and not (ids & seen):
+                batch.append(idx)
+                seen |= ids
+            else:
+                still_waiting.append(idx)
+        waiting = still_waiting
+        while len(batch) < global_batch_size and pos < len(order):
+            idx = order[pos]
+            pos += 1
+            ids = _positive_ids(examples[idx])
+            if ids & seen:
+                waiting.append(idx)
+            else:
+                batch.append(idx)
+                seen |= ids
+        if len(batch) < global_batch_size:
+            break  # the incomplete tail is dropped
+        batches.append(batch)
+    return batches
+
+
+def rank_slice(batch: Sequence[int], rank: int, world_size: int) -> list[int]:
+    """This rank's disjoint share of a global batch."""
+    per = len(batch) // world_size
+    return list(batch[rank * per:(rank + 1) * per])
+
+
+class NegativePool:
+    """All training passages by id, to top up questions that have fewer than H hard negatives."""
+
+    def __init__(self, examples: Sequence[dict]) -> None:
+        seen: dict[str, dict] = {}
+        for ex in examples:
+            for key in ("positive_ctxs", "hard_negative_ctxs", "negative_ctxs"):
+                for ctx in ex[key]:
+                    seen.setdefault(ctx["passage_id"], ctx)
+        self.ids = sorted(seen)
+        self.ctxs = [seen[i] for i in self.ids]
+
+    def draw(self, n: int, exclude: set[str], rng: np.random.Generator) -> list[dict]:
+        """``n`` distinct passages not in ``exclude`` (fewer only if the pool itself is too small)."""
+        out: list[dict] = []
+        if n <= 0:
+            return out
+        taken = set(exclude)
+        # rejection sampling: the pool is large compared with n, so a few draws suffice
+        k = min(len(self.ctxs), n + len(exclude) + 8 * n)
+        for j in rng.choice(len(self.ctxs), size=k, replace=False).tolist():
+            pid = self.ids[j]
+            if pid not in taken:
+                out.append(self.ctxs[j])
+                taken.add(pid)
+                if len(out) == n:
+                    break
+        return out
+
+
+def make_item(
+    example: dict,
+    idx: int,
+    epoch: int,
+    seed: int,
+    hard_negatives: int,
+    pool: NegativePool | None = None,
+    shuffle_positives: bool = False,
+    shuffle_hard_negatives: bool = True,
+) -> TrainItem:
+    """The question with its positive and exactly ``hard_negatives`` negatives for this epoch."""
+    rng = _rng(seed, epoch, idx)
+    positives = example["positive_ctxs"]
+    positive = positives[int(rng.integers(len(positives)))] if shuffle_positives and len(positives) > 1 else positives[0]
+    own = {c["passage_id"] for c in positives}
+    candidates = [c for c in example["hard_negative_ctxs"] + example["negative_ctxs"] if c["passage_id"] not in own]
+    # de-duplicate (a passage can be both BM25-mined and in negative_ctxs)
+    uniq, ids = [], set()
+    for c in candidates:
+        if c["passage_id"] not in ids:
+            uniq.append(c)
+            ids.add(c["passage_id"])
+    if shuffle_hard_negatives and len(uniq) > 1:
+        uniq = [uniq[j] for j in rng.permutation(len(uniq)).tolist()]
+    negatives = uniq[:hard_negatives]
+    if len(negatives) < hard_negatives:
+        if pool is None:
+            raise ValueError(f"example {idx} has {len(negatives)} negatives, fewer than hard_negatives={hard_negatives}, and no pool")
+        negatives += pool.draw(hard_negatives - len(negatives), own | {c["passage_id"] for c in negatives}, rng)
+        if len(negatives) < hard_negatives:
+            raise ValueError(f"the training set has too few passages for hard_negatives={hard_negatives}")
+    return TrainItem(example["question"], [positive, *negatives])
+
+
+def collate(
+    items: Sequence[TrainItem],
+    tokenizer,
+    question_max_length: int,
+    passage_max_length: int,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Tokenise a batch, padded to its own longest sequence: ``(q_inputs, p_inputs)``.
+
+    Passages are (title, text) pairs as in DPR; ``p_inputs`` holds ``len(items) * (1 + H)`` rows,
+    question ``i``'s positive at row ``i * (1 + H)``.
+    """
+    # The same tokenisation as inference (dpr.models.inference), so training and export agree.
+    from dpr.models.inference import tokenize_batch
+
+    ctxs = [c for it in items for c in it.passages]
+    q = tokenize_batch(tokenizer, [it.question for it in items], None, question_max_length)
+    p = tokenize_batch(tokenizer, [c["text"] for c in ctxs], [c.get("title") or "" for c in ctxs], passage_max_length)
+    return q, p
+
+
+class TrainBatches:
+    """This rank's batches of one epoch, from a given position (resume skips the batches already done).
+
+    Iterates ``(batch_in_epoch, q_inputs, p_inputs)``. Everything is derived from (seed, epoch), so a
+    resumed run sees exactly the batches an uninterrupted run would.
+    """
+
+    def __init__(
+        self,
+        examples: Sequence[dict],
+        tokenizer,
+        *,
+        batch_size: int,
+        hard_negatives: int,
+        question_max_length: int,
+        passage_max_length: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+        shuffle_positives: bool = False,
+        shuffle_hard_negatives: bool = True,
+        dedup_positives: bool = True,
+    ) -> None:
+        self.examples = examples
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.hard_negatives = hard_negatives
+        self.q_len, self.p_len = question_max_length, passage_max_length
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.shuffle, self.shuffle_positives = shuffle, shuffle_positives
+        self.shuffle_hard_negatives, self.dedup_positives = shuffle_hard_negatives, dedup_positives
+        self.pool = NegativePool(examples) if hard_negatives > 0 else None
+        self._cache: dict[int, list[list[int]]] = {}
+
+    def global_batches(self, epoch: int) -> list[list[int]]:
+        if epoch not in self._cache:
+            self._cache = {epoch: global_batches(
+                self.examples, self.batch_size * self.world_size, self.seed, epoch, self.shuffle, self.dedup_positives
+            )}
+        return self._cache[epoch]
+
+    def num_batches(self, epoch: int) -> int:
+        return len(self.global_batches(epoch))
+
+    def items(self, epoch: int, batch_in_epoch: int) -> list[TrainItem]:
+        idxs = rank_slice(self.global_batches(epoch)[batch_in_epoch], self.rank, self.world_size)
+        return [
+            make_item(self.examples[i], i, epoch, self.seed, self.hard_negatives, self.pool,
+                      self.shuffle_positives, self.shuffle_hard_negatives)
+            for i in idxs
+        ]
+
+    def iter_epoch(self, epoch: int, start: int = 0) -> Iterator[tuple[int, dict, dict]]:
+        for b in range(start, self.num_batches(epoch)):
+            q, p = collate(self.items(epoch, b), self.tokenizer, self.q_len, self.p_len)
+            yield b, q, p

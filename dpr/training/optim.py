@@ -1,0 +1,127 @@
+"""AdamW with weight decay only where it belongs, DPR's linear warm-up/decay schedule, clipping, and one
+optimizer step (micro-batches, loss, clip, step) as the trainer and the benchmark run it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from typing import Iterable
+
+import torch
+from torch import nn
+
+from dpr.loss import contrastive_loss
+
+# Biases and normalisation weights are not decayed (BERT/DPR practice): decaying a LayerNorm gain
+# towards 0 shrinks activations instead of regularising.
+_NO_DECAY = ("bias", "LayerNorm.weight", "layernorm.weight", "layer_norm.weight", "norm.weight")
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two AdamW groups: decayed weights, and biases/LayerNorm weights without decay.
+
+    Parameters shared between towers appear once (``named_parameters`` de-duplicates them).
+    """
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        (no_decay if param.ndim < 2 or name.endswith(_NO_DECAY) else decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay}]
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    return groups
+
+
+def build_optimizer(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float = 0.0,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+) -> torch.optim.AdamW:
+    """AdamW over :func:`param_groups`. ``foreach`` keeps it deterministic and fast on CPU and GPU."""
+    return torch.optim.AdamW(
+        param_groups(model, weight_decay), lr=lr, betas=tuple(betas), eps=eps, foreach=True
+    )
+
+
+def resolve_warmup(warmup_steps: int, warmup_ratio: float, total_steps: int) -> int:
+    """Warm-up length: explicit steps win; otherwise a fraction of the total."""
+    if warmup_steps and warmup_steps > 0:
+        return int(warmup_steps)
+    return int(math.ceil(max(0.0, warmup_ratio) * total_steps))
+
+
+def linear_schedule(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up from 0 to the peak over ``warmup_steps``, then linear decay to 0 at ``total_steps``.
+
+    This is DPR's (and BERT's) schedule; the scheduler is stepped once per optimizer step.
+    """
+    warmup_steps = max(0, int(warmup_steps))
+    total_steps = max(1, int(total_steps))
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return float(step + 1) / float(warmup_steps + 1)
+        return max(0.0, float(total_steps - step) / float(max(1, total_steps - warmup_steps)))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def clip_gradients(
+    params: Iterable[torch.nn.Parameter],
+    max_norm: float,
+    optimizer: torch.optim.Optimizer | None = None,
+    scaler: "torch.amp.GradScaler | None" = None,
+) -> float:
+    """Clip the global gradient norm to ``max_norm`` (<= 0: measure only). Returns the norm before clipping.
+
+    With fp16 the gradients are still scaled: unscale them first, or the threshold means nothing.
+    """
+    params = [p for p in params if p.grad is not None]
+    if not params:
+        return 0.0
+    if scaler is not None and scaler.is_enabled() and optimizer is not None:
+        scaler.unscale_(optimizer)
+    limit = max_norm if max_norm and max_norm > 0 else float("inf")
+    norm = torch.nn.utils.clip_grad_norm_(params, limit, foreach=True)
+    return float(norm)
+
+
+def make_loss_fn(model, passages_per_question: int, accum: int, scaler, outputs: list):
+    """The contrastive loss as the step functions call it; each call's raw output is appended to ``outputs``."""
+
+    def loss_fn(q: torch.Tensor, p: torch.Tensor):
+        res = contrastive_loss(q, p, model.similarity, passages_per_question, gather=True)
+        outputs.append(res)
+        # accumulation averages micro-batch gradients; fp16 scales the loss (scaler is a no-op otherwise)
+        return dataclasses.replace(res, loss=scaler.scale(res.loss / accum))
+
+    return loss_fn
+
+
+def optimizer_step(train_model, micro_batches, *, step_fn, loss_fn, autocast, optimizer, scheduler, scaler,
+                   max_grad_norm: float, device: torch.device) -> tuple[float, float]:
+    """One optimizer step over ``micro_batches`` (a list of ``(q_inputs, p_inputs)``): ``(lr, grad_norm)``.
+
+    ``optimizer.param_groups`` hold the parameters to clip. Under DDP gradients are all-reduced only
+    on the last micro-batch.
+    """
+    for i, (q_in, p_in) in enumerate(micro_batches):
+        q_in = {k: v.to(device, non_blocking=True) for k, v in q_in.items()}
+        p_in = {k: v.to(device, non_blocking=True) for k, v in p_in.items()}
+        sync = i == len(micro_batches) - 1 or not hasattr(train_model, "no_sync")
+        with contextlib.nullcontext() if sync else train_model.no_sync():
+            step_fn(train_model, q_in, p_in, loss_fn, autocast)
+    lr = scheduler.get_last_lr()[0]
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    grad_norm = clip_gradients(params, max_grad_norm, optimizer, scaler)
+    scaler.step(optimizer)
+    scaler.update()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return lr, grad_norm

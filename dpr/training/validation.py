@@ -1,0 +1,216 @@
+"""Validation during training: DPR's average rank on the dev pool, and top-k accuracy over the corpus.
+
+- **Average rank** (DPR's ``validate_average_rank``): every dev question is scored against one pool
+  made of all dev questions' positives and up to ``hard_negatives`` of their negatives (duplicates
+  removed). A question's rank is the number of pool passages that are not its positives and score
+  above its best positive (0 = ranked first). Lower is better; cheap, so it runs every validation.
+- **Corpus top-k** (k = 1, 5, 20): dev questions against the whole passage corpus (encoded with the
+  current weights). A hit is a passage that contains an answer string (``has_answer``), or, for data
+  without answers (qrels), one of the question's positive passages.
+
+Every rank computes the same numbers (so they agree on the best checkpoint without a broadcast, and
+no rank idles at a barrier long enough to time out).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def _encode(model, tokenizer, texts, tower, *, batch_size, max_length, autocast, titles=None) -> torch.Tensor:
+    from dpr.models.inference import encode_texts
+
+    return encode_texts(
+        model, tokenizer, texts, tower=tower, batch_size=batch_size, max_length=max_length,
+        autocast=autocast, titles=titles,
+    )
+
+
+def _select(examples: Sequence[dict], max_questions: int) -> list[dict]:
+    examples = [ex for ex in examples if ex["positive_ctxs"]]
+    # the first N (the dev file's order) keeps the validation set fixed across runs and steps
+    return list(examples[:max_questions]) if max_questions and max_questions > 0 else list(examples)
+
+
+def _rank_pool(examples: Sequence[dict], hard_negatives: int) -> dict[str, dict]:
+    pool: dict[str, dict] = {}
+    for ex in examples:
+        pool.setdefault(ex["positive_ctxs"][0]["passage_id"], ex["positive_ctxs"][0])
+        for ctx in (ex["hard_negative_ctxs"] + ex["negative_ctxs"])[:hard_negatives]:
+            pool.setdefault(ctx["passage_id"], ctx)
+    return pool
+
+
+@torch.no_grad()
+def average_rank(
+    model,
+    tokenizer,
+    examples: Sequence[dict],
+    *,
+    hard_negatives: int = 30,
+    max_questions: int = 0,
+    batch_size: int = 64,
+    question_max_length: int = 64,
+    passage_max_length: int = 256,
+    autocast: str = "off",
+    question_vectors: torch.Tensor | None = None,
+    known_passages: tuple[list[str], torch.Tensor] | None = None,
+) -> dict:
+    """DPR's average rank of each dev question's positive within the pooled dev passages.
+
+    ``question_vectors`` (rows of the selected examples) and ``known_passages`` (ids, vectors — the
+    encoded corpus) skip re-encoding what the caller already has; only missing pool passages are encoded.
+    """
+    examples = _select(examples, max_questions)
+    if not examples:
+        return {}
+    pool = _rank_pool(examples, hard_negatives)
+    ids = list(pool)
+    col = {pid: j for j, pid in enumerate(ids)}
+    kw = dict(batch_size=batch_size, autocast=autocast)
+    q = question_vectors
+    if q is None:
+        q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
+    known_row = {pid: j for j, pid in enumerate(known_passages[0])} if known_passages is not None else {}
+    missing = [pid for pid in ids if pid not in known_row]
+    p = torch.empty(len(ids), q.shape[1])
+    if known_row:
+        have = [j for j, pid in enumerate(ids) if pid in known_row]
+        p[have] = known_passages[1][[known_row[ids[j]] for j in have]]
+    if missing:
+        p[[col[pid] for pid in missing]] = _encode(
+            model, tokenizer, [pool[i]["text"] for i in missing], "passage", max_length=passage_max_length,
+            titles=[pool[i].get("title") or "" for i in missing], **kw)
+    ranks = []
+    for start in range(0, len(examples), 256):
+        scores = _similarity(model, q[start:start + 256], p)
+        for row, ex in zip(scores, examples[start:start + 256]):
+            gold = torch.zeros(len(ids), dtype=torch.bool)
+            for c in ex["positive_ctxs"]:
+                if c["passage_id"] in col:
+                    gold[col[c["passage_id"]]] = True
+            best = row[gold].max()
+            ranks.append(int((row[~gold] > best).sum()))
+    ranks_t = torch.tensor(ranks, dtype=torch.float64)
+    return {
+        "avg_rank": float(ranks_t.mean()),
+        "mrr": float((1.0 / (ranks_t + 1)).mean()),
+        "rank_pool_size": len(ids),
+        "num_questions": len(examples),
+    }
+
+
+def _similarity(model, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    # The model's own similarity (dot or cosine / temperature): the same ordering the loss trains.
+    return model.similarity(q, p).float().cpu()
+
+
+def load_corpus(passages_path: str | Path, max_passages: int = 0) -> tuple[list[str], list[str], list[str]] | None:
+    """``(ids, texts, titles)`` of the corpus, or None when it has more than ``max_passages`` (> 0)."""
+    from dpr.data.passages import count_passages, iter_passages
+
+    if max_passages and max_passages > 0:
+        n = count_passages(passages_path)
+        if n > max_passages:
+            log.warning("corpus %s has %d passages > val_corpus_max_passages=%d: skipping corpus top-k",
+                        passages_path, n, max_passages)
+            return None
+    ids, texts, titles = [], [], []
+    for row in iter_passages(passages_path):
+        ids.append(row["id"])
+        texts.append(row["text"])
+        titles.append(row.get("title") or "")
+    return ids, texts, titles
+
+
+@torch.no_grad()
+def corpus_topk_accuracy(
+    model,
+    tokenizer,
+    examples: Sequence[dict],
+    corpus: tuple[list[str], list[str], list[str]],
+    *,
+    ks: Sequence[int] = (1, 5, 20),
+    use_answers: bool = True,
+    max_questions: int = 0,
+    batch_size: int = 64,
+    question_max_length: int = 64,
+    passage_max_length: int = 256,
+    autocast: str = "off",
+    question_vectors: torch.Tensor | None = None,
+    passage_vectors: torch.Tensor | None = None,
+) -> dict:
+    """Top-k accuracy of dev questions against the whole corpus: ``{"top1": .., "top5": .., "top20": ..}``."""
+    from dpr.eval.has_answer import has_answer
+
+    examples = _select(examples, max_questions)
+    ids, texts, titles = corpus
+    if not examples or not ids:
+        return {}
+    kw = dict(batch_size=batch_size, autocast=autocast)
+    p = passage_vectors
+    if p is None:
+        p = _encode(model, tokenizer, texts, "passage", max_length=passage_max_length, titles=titles, **kw)
+    q = question_vectors
+    if q is None:
+        q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
+    kmax = min(max(ks), len(ids))
+    hits = torch.zeros(len(examples), kmax, dtype=torch.bool)
+    for start in range(0, len(examples), 256):
+        top = _similarity(model, q[start:start + 256], p).topk(kmax, dim=1).indices
+        for i, (row, ex) in enumerate(zip(top.tolist(), examples[start:start + 256])):
+            answers = ex.get("answers") or []
+            if use_answers and answers:
+                hits[start + i] = torch.tensor([has_answer(answers, texts[j]) for j in row])
+            else:
+                gold = {c["passage_id"] for c in ex["positive_ctxs"]}
+                hits[start + i] = torch.tensor([ids[j] in gold for j in row])
+    first_hit = hits.cumsum(dim=1) > 0
+    return {f"top{k}": float(first_hit[:, min(k, kmax) - 1].float().mean()) for k in ks}
+
+
+def validate(
+    model,
+    tokenizer,
+    dev_examples: Sequence[dict],
+    *,
+    corpus: tuple[list[str], list[str], list[str]] | None,
+    use_answers: bool,
+    cfg: dict,
+    question_max_length: int,
+    passage_max_length: int,
+    autocast: str,
+) -> dict:
+    """All validation metrics for the current weights (the model is put back in training mode).
+
+    Questions and the corpus are encoded once; the average-rank pool reuses the corpus vectors of
+    its passages (the dev pool is a subset of the corpus), which halves the cost of a validation.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        examples = _select(dev_examples, int(cfg.get("val_max_questions", 0) or 0))
+        if not examples:
+            return {}
+        kw = dict(batch_size=int(cfg.get("val_batch_size", 64)), autocast=autocast)
+        q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
+        p = None
+        if corpus is not None:
+            p = _encode(model, tokenizer, corpus[1], "passage", max_length=passage_max_length, titles=corpus[2], **kw)
+        common = dict(question_max_length=question_max_length, passage_max_length=passage_max_length, **kw)
+        metrics = average_rank(model, tokenizer, examples, hard_negatives=int(cfg.get("val_hard_negatives", 30)),
+                               question_vectors=q, known_passages=(corpus[0], p) if p is not None else None, **common)
+        if corpus is not None:
+            metrics.update(corpus_topk_accuracy(
+                model, tokenizer, examples, corpus, ks=list(cfg.get("val_topk", (1, 5, 20))),
+                use_answers=use_answers, question_vectors=q, passage_vectors=p, **common,
+            ))
+    finally:
+        model.train(was_training)
+    return metrics

@@ -1,0 +1,107 @@
+"""One rank of the 2-process test (tests/test_distributed.py); run under torchrun.
+
+Each rank takes its slice of a fixed global batch, runs the plain step and the gradient-cache step
+through DistributedDataParallel (gloo, CPU, dropout off), and saves the averaged gradients and
+loss figures to ``<out>/rank<r>_<step>.safetensors`` / ``.json`` for the test to compare against
+one process holding the whole global batch. It also exercises the gather helpers with unequal
+per-rank sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+QUESTIONS = ["capital of hawaii", "what makes atp in cells", "highest mountain on earth", "largest ocean"]
+PASSAGES = [  # pos_i, hn_i per question (H = 1)
+    "Honolulu is the capital of Hawaii.",
+    "Paris is the capital of France.",
+    "The mitochondria is the powerhouse of the cell, producing ATP.",
+    "Photosynthesis converts light energy.",
+    "Mount Everest is Earth's highest mountain above sea level.",
+    "Berlin",
+    "The Pacific Ocean is the largest and deepest of Earth's oceans, covering a third of the surface.",
+    "Water boils at 100 degrees.",
+]
+PER_Q = 2
+MODEL_KW = dict(projection_dim=8, similarity="cosine", temperature=0.1)
+
+
+def build(model_dir: str):
+    from dpr.models import BiEncoderConfig, build_biencoder
+
+    torch.manual_seed(0)
+    model, tok = build_biencoder(BiEncoderConfig(name=model_dir, **MODEL_KW))
+    model.eval()  # dropout off: ranks and the reference must compute the same function
+    return model, tok
+
+
+def batch(tok, questions, passages):
+    q = dict(tok(questions, padding="longest", return_tensors="pt"))
+    p = dict(tok(passages, padding="longest", return_tensors="pt"))
+    return q, p
+
+
+def grads_of(model) -> dict[str, torch.Tensor]:
+    out = {n: p.grad.detach().clone().contiguous() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--out-dir", required=True)
+    args = ap.parse_args()
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dpr import distributed as D
+    from dpr.loss import contrastive_loss
+    from dpr.training.grad_cache import grad_cache_step, standard_step
+
+    assert D.init_distributed() and D.is_distributed()
+    r, w = D.rank(), D.world_size()
+    out = Path(args.out_dir)
+
+    model, tok = build(args.model_dir)
+    ddp = DDP(model)
+    nq = len(QUESTIONS) // w
+    q, p = batch(tok, QUESTIONS[r * nq : (r + 1) * nq], PASSAGES[r * nq * PER_Q : (r + 1) * nq * PER_Q])
+
+    def loss_fn(qv, pv):
+        return contrastive_loss(qv, pv, model.similarity, PER_Q)
+
+    for name, step in (
+        ("standard", lambda: standard_step(ddp, q, p, loss_fn)),
+        ("cache", lambda: grad_cache_step(ddp, q, p, loss_fn, chunk_size=1)),
+    ):
+        res = step()
+        save_file(grads_of(model), str(out / f"rank{r}_{name}.safetensors"))
+        figures = dict(loss=res.loss.item(), accuracy=res.accuracy, avg_rank=res.avg_rank, n=res.num_candidates)
+        (out / f"rank{r}_{name}.json").write_text(json.dumps(figures))
+
+    # Unequal sizes: rank r contributes r + 1 rows of value r; every rank's loss is sum(weights * gathered).
+    local = torch.full((r + 1, 3), float(r), requires_grad=True)
+    gathered = D.all_gather_with_grad(local)
+    weights = torch.arange(gathered.numel(), dtype=torch.float32).reshape(gathered.shape)
+    (weights * gathered).sum().backward()
+    gather = dict(
+        gathered=gathered.detach().tolist(),
+        local_grad=local.grad.tolist(),
+        objects=D.all_gather_object({"rank": r}),
+        mean=D.reduce_mean(float(r)),
+        env_world=int(os.environ["WORLD_SIZE"]),
+    )
+    (out / f"rank{r}_gather.json").write_text(json.dumps(gather))
+    D.barrier()
+    D.cleanup()
+
+
+if __name__ == "__main__":
+    main()

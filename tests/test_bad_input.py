@@ -1,0 +1,265 @@
+"""Every reader rejects malformed input with one DataError naming the file, the line/record and the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dpr.data.beir import iter_beir_corpus, read_qrels, read_queries
+from dpr.data.nq_open import read_nq_open
+from dpr.data.passages import iter_passages, write_passages
+from dpr.data.qa import read_qa_tsv
+from dpr.data.results import read_results, read_trec_run
+from dpr.data.retriever_json import read_retriever_json, write_retriever_json
+from dpr.data.sciq import read_sciq
+from dpr.data.sources import fetch
+from dpr.data.squad import read_squad
+from dpr.errors import DataError
+
+
+def _raises(fn, path: Path, line, field: str | None, *words: str) -> str:
+    """Run ``fn(path)``; check the DataError names the file, ``:line`` and the field, plus any words."""
+    with pytest.raises(DataError) as info:
+        result = fn(path)
+        if hasattr(result, "__next__"):
+            list(result)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert str(path) in msg, msg
+    if line is not None:
+        assert f"{path}:{line}:" in msg, msg
+    if field is not None:
+        assert f"field '{field}'" in msg, msg
+    for w in words:
+        assert w in msg, msg
+    return msg
+
+
+def _write(tmp_path: Path, name: str, content: str | bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+    return path
+
+
+# --- passages.tsv ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "content, line, field, word",
+    [
+        ("id\ttitle\ttext\n1\tt\tx\n", 1, "header", "header"),
+        ("", 1, "header", "empty file"),
+        ("id\ttext\ttitle\n1\tsome text\tT\n2\tonly two fields\n", 3, "id", "3 tab-separated"),
+        ("id\ttext\ttitle\n1\tsome text\tT\n2\t  \tT\n", 3, "text", "empty text"),
+        ("id\ttext\ttitle\n1\tsome text\tT\n1\tother text\tT\n", 3, "id", "duplicate passage id '1'"),
+        ("id\ttext\ttitle\n1\tsome text\tT\n\ttext\tT\n", 3, "id", "empty"),
+    ],
+)
+def test_passages_bad(tmp_path, content, line, field, word):
+    _raises(iter_passages, _write(tmp_path, "psgs.tsv", content), line, field, word)
+
+
+def test_passages_non_utf8(tmp_path):
+    path = _write(tmp_path, "psgs.tsv", b"id\ttext\ttitle\n1\tok\tT\n2\tcaf\xe9 latin-1\tT\n")
+    _raises(iter_passages, path, 3, None, "not UTF-8")
+
+
+def test_passages_writer_refuses_bad_rows(tmp_path):
+    with pytest.raises(DataError, match="field 'text'"):
+        write_passages(tmp_path / "p.tsv", [("a", "", "T")])
+    with pytest.raises(DataError, match="field 'id'"):
+        write_passages(tmp_path / "p.tsv", [("a\tb", "text", "T")])
+    assert not (tmp_path / "p.tsv").exists()
+
+
+# --- QA TSV ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "content, line, field, word",
+    [
+        ('q1\t["a"]\nq2\t["unclosed\n', 2, "answers", "not a JSON list"),
+        ('q1\t["a"]\nq2\t{"a": 1}\n', 2, "answers", "expected a list"),
+        ('q1\t["a"]\nq2\t[]\n', 2, "answers", "empty answer list"),
+        ('q1\t["a"]\nq2\t["ok", 3]\n', 2, "answers", "answer 1"),
+        ('q1\t["a"]\n \t["b"]\n', 2, "question", "empty"),
+        ('q1\t["a"]\nq2\t["b"]\textra\n', 2, "question", "2 tab-separated"),
+        ('q1 without a tab\n', 1, "question", "2 tab-separated"),
+    ],
+)
+def test_qa_tsv_bad(tmp_path, content, line, field, word):
+    _raises(read_qa_tsv, _write(tmp_path, "test.qa.tsv", content), line, field, word)
+
+
+def test_qa_tsv_non_utf8(tmp_path):
+    _raises(read_qa_tsv, _write(tmp_path, "t.qa.tsv", b'q1\t["a"]\r\nq\xff2\t["b"]\r\n'), 2, None, "not UTF-8")
+
+
+# --- retriever JSON -------------------------------------------------------------------------------
+
+def _ex(**over):
+    ex = {"question": "q", "answers": ["a"], "positive_ctxs": [{"passage_id": "1", "title": "T", "text": "x"}],
+          "negative_ctxs": [], "hard_negative_ctxs": []}
+    ex.update(over)
+    return ex
+
+
+def test_retriever_json_broken_json_names_line(tmp_path):
+    path = _write(tmp_path, "train.json", '[\n{"question": "q",\n "answers": ["a"]\n "positive_ctxs": []}\n]')
+    _raises(read_retriever_json, path, 4, None, "broken JSON")
+
+
+@pytest.mark.parametrize(
+    "bad, field, word",
+    [
+        ({"question": None}, "question", "expected a string"),
+        ({"question": "  "}, "question", "empty"),
+        ({"answers": "a"}, "answers", "expected a list"),
+        ({"answers": ["a", 1]}, "answers", "item 1"),
+        ({"positive_ctxs": {"passage_id": "1"}}, "positive_ctxs", "expected a JSON list"),
+        ({"positive_ctxs": [{"passage_id": "1", "title": "T"}]}, "positive_ctxs[0].text", "missing"),
+        ({"hard_negative_ctxs": [{"passage_id": "1", "title": "T", "text": ""}]}, "hard_negative_ctxs[0].text", "empty"),
+        ({"negative_ctxs": [{"passage_id": None, "title": "T", "text": "x"}]}, "negative_ctxs[0].passage_id", "expected a string"),
+        ({"positive_ctxs": [{"passage_id": "1", "title": 5, "text": "x"}]}, "positive_ctxs[0].title", "expected a string"),
+    ],
+)
+def test_retriever_json_bad_record(tmp_path, bad, field, word):
+    path = _write(tmp_path, "dev.json", json.dumps([_ex(), _ex(**bad)]))
+    _raises(read_retriever_json, path, "record 1", field, word)
+
+
+def test_retriever_json_missing_field_and_not_a_list(tmp_path):
+    ex = _ex()
+    del ex["positive_ctxs"]
+    _raises(read_retriever_json, _write(tmp_path, "a.json", json.dumps([ex])), "record 0", "positive_ctxs", "missing")
+    _raises(read_retriever_json, _write(tmp_path, "b.json", json.dumps({"data": []})), None, None, "expected a JSON list")
+
+
+def test_retriever_json_writer_validates(tmp_path):
+    with pytest.raises(DataError, match="record 0: field 'question'"):
+        write_retriever_json(tmp_path / "out.json", [_ex(question="")])
+    assert not (tmp_path / "out.json").exists()
+
+
+# --- BEIR -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "content, line, field, word",
+    [
+        ('{"_id": "d1", "title": "", "text": "x"}\n{"_id": "d2", "text": "y"\n', 2, None, "broken JSON"),
+        ('{"_id": "d1", "title": "", "text": "x"}\n{"title": "", "text": "y"}\n', 2, "_id", "missing"),
+        ('{"_id": "d1", "title": "", "text": "x"}\n{"_id": "d1", "title": "", "text": "y"}\n', 2, "_id", "duplicate document id"),
+        ('{"_id": "d1", "title": "", "text": "x"}\n{"_id": "d2", "title": "", "text": ""}\n', 2, "text", "empty text and title"),
+        ('{"_id": "d1", "title": "", "text": ["x"]}\n', 1, "text", "expected a string"),
+        ('["not", "an", "object"]\n', 1, None, "expected a JSON object"),
+    ],
+)
+def test_beir_corpus_bad(tmp_path, content, line, field, word):
+    _raises(iter_beir_corpus, _write(tmp_path, "corpus.jsonl", content), line, field, word)
+
+
+def test_beir_queries_bad(tmp_path):
+    _raises(read_queries, _write(tmp_path, "q1.jsonl", '{"_id": "q1", "text": "a"}\n{"_id": "q2", "text": ""}\n'), 2, "text", "empty")
+    _raises(read_queries, _write(tmp_path, "q2.jsonl", '{"_id": "q1", "text": "a"}\n{"_id": "q1", "text": "b"}\n'), 2, "_id", "duplicate")
+    _raises(read_queries, _write(tmp_path, "q3.jsonl", b'{"_id": "q1", "text": "a"}\n{"_id": "q2", "text": "\xc3("}\n'), 2, None, "not UTF-8")
+
+
+@pytest.mark.parametrize(
+    "content, line, field, word",
+    [
+        ("query-id\tdoc-id\tscore\r\nq1\td1\t1\r\n", 1, "header", "expected header"),
+        ("q1\td1\t1\n", 1, "header", "expected header"),
+        ("query-id\tcorpus-id\tscore\r\nq1\td1\t1\r\nq1\td2\thigh\r\n", 3, "score", "not an integer"),
+        ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td1\t2\n", 3, "corpus-id", "listed twice"),
+        ("query-id\tcorpus-id\tscore\nq1\td1\n", 2, "query-id", "3 tab-separated"),
+        ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq9\td1\t1\n", 3, "query-id", "unknown query id 'q9'"),
+        ("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td9\t1\n", 3, "corpus-id", "unknown corpus id 'd9'"),
+    ],
+)
+def test_qrels_bad(tmp_path, content, line, field, word):
+    path = _write(tmp_path, "test.tsv", content)
+    _raises(lambda p: read_qrels(p, query_ids={"q1"}, doc_ids={"d1", "d2"}), path, line, field, word)
+
+
+# --- results and TREC runs ------------------------------------------------------------------------
+
+def _res(**ctx_over):
+    ctx = {"id": "p1", "title": "T", "text": "x", "score": 1.0, "has_answer": False}
+    ctx.update(ctx_over)
+    return {"question": "q", "answers": ["a"], "ctxs": [ctx]}
+
+
+@pytest.mark.parametrize(
+    "ctx_over, field, word",
+    [
+        ({"score": "high"}, "ctxs[0].score", "expected a number"),
+        ({"score": None}, "ctxs[0].score", "expected a number"),
+        ({"has_answer": "yes"}, "ctxs[0].has_answer", "true/false"),
+        ({"id": ""}, "ctxs[0].id", "empty"),
+    ],
+)
+def test_results_bad_ctx(tmp_path, ctx_over, field, word):
+    path = _write(tmp_path, "results.json", json.dumps([_res(), _res(**ctx_over)]))
+    _raises(read_results, path, "record 1", field, word)
+
+
+def test_results_missing_ctxs(tmp_path):
+    path = _write(tmp_path, "results.json", json.dumps([{"question": "q", "answers": []}]))
+    _raises(read_results, path, "record 0", "ctxs", "missing")
+
+
+def test_trec_run_bad(tmp_path):
+    _raises(read_trec_run, _write(tmp_path, "a.trec", "q1 Q0 d1 1 2.0 tag\nq1 Q0 d2 2 tag\n"), 2, "qid", "6 fields")
+    _raises(read_trec_run, _write(tmp_path, "b.trec", "q1 Q0 d1 1 2.0 tag\nq1 Q0 d2 2 x tag\n"), 2, "score", "not a number")
+    _raises(read_trec_run, _write(tmp_path, "c.trec", "q1 Q0 d1 1 2.0 tag\nq1 Q0 d1 2 1.0 tag\n"), 2, "docid", "twice")
+
+
+# --- SQuAD, SciQ, NQ-open -------------------------------------------------------------------------
+
+def _squad(answer_start: int = 12, context: str = "Paris is in France.") -> dict:
+    return {"version": "1.1", "data": [{"title": "Paris", "paragraphs": [{"context": context, "qas": [
+        {"id": "q1", "question": "Where is Paris?", "answers": [{"text": "France", "answer_start": answer_start}]}]}]}]}
+
+
+def test_squad_answer_span_outside_context(tmp_path):
+    path = _write(tmp_path, "dev-v1.1.json", json.dumps(_squad(answer_start=3)))
+    _raises(read_squad, path, "record data[0].paragraphs[0].qas[0].answers[0]", "answer_start", "answer span outside its context")
+    path = _write(tmp_path, "dev2.json", json.dumps(_squad(answer_start=40)))
+    _raises(read_squad, path, "record data[0].paragraphs[0].qas[0].answers[0]", "answer_start", "outside")
+
+
+def test_squad_missing_and_wrong_type(tmp_path):
+    bad = _squad()
+    del bad["data"][0]["paragraphs"][0]["context"]
+    _raises(read_squad, _write(tmp_path, "a.json", json.dumps(bad)), "record data[0].paragraphs[0]", "context", "missing")
+    bad = _squad()
+    bad["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = "12"
+    _raises(read_squad, _write(tmp_path, "b.json", json.dumps(bad)), "record data[0].paragraphs[0].qas[0].answers[0]", "answer_start", "integer")
+
+
+def test_sciq_and_nq_open_bad(tmp_path):
+    items = [{"question": "q", "correct_answer": "a", "support": ""}, {"question": "q2", "support": "s"}]
+    _raises(read_sciq, _write(tmp_path, "train.json", json.dumps(items)), "record 1", "correct_answer", "missing")
+    content = '{"question": "q", "answer": ["a"]}\n{"question": "q2", "answer": "a"}\n'
+    _raises(read_nq_open, _write(tmp_path, "NQ-open.dev.jsonl", content), 2, "answer", "expected a list")
+    content = '{"question": "q", "answer": []}\n'
+    _raises(read_nq_open, _write(tmp_path, "nq2.jsonl", content), 1, "answer", "empty list")
+
+
+# --- checksums ------------------------------------------------------------------------------------
+
+def test_fetch_refuses_checksum_mismatch(tmp_path):
+    """A mirror file whose bytes differ from the registry's digest is refused, naming expected and actual."""
+    fake = tmp_path / "mirror" / "squad-v1.1" / "dev-v1.1.json"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(json.dumps(_squad()))
+    msg = _raises(lambda p: fetch("squad-dev-v1.1", tmp_path / "mirror"), fake, None, "sha256", "sha256 mismatch")
+    assert "95aa6a52d5d6a735563366753ca50492a658031da74f301ac5238b03966972c9" in msg
+    import hashlib
+
+    assert hashlib.sha256(fake.read_bytes()).hexdigest() in msg
+
+
+def test_fetch_missing_mirror_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="dev-v1.1.json"):
+        fetch("squad-dev-v1.1", tmp_path)
