@@ -256,3 +256,47 @@ def test_validation_reuses_corpus_vectors_without_changing_numbers(tiny_model_di
     # ids instead of answers (qrels data): the positive passage is the hit
     by_id = corpus_topk_accuracy(model, tok, dev, corpus, ks=[8], use_answers=False, **kw)
     assert by_id["top8"] == 1.0
+
+
+@pytest.fixture()
+def tiny_model_no_dropout(tiny_model_dir, tmp_path) -> Path:
+    """The tiny BERT without dropout: runs with different process counts then compute the same numbers."""
+    from transformers import AutoTokenizer, BertModel
+
+    out = tmp_path / "tiny_nodrop"
+    model = BertModel.from_pretrained(tiny_model_dir)
+    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.0
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
+    return out
+
+
+@pytest.mark.slow
+def test_torchrun_two_cpu_processes_match_one_process(tiny_model_no_dropout, tiny_data_dir, tmp_path):
+    """gloo DDP, 2 ranks x batch 2 = 1 process x batch 4: same global batches, same losses; only rank 0 writes."""
+    conf = write_tiny_data_conf(tmp_path / "conf")
+    common = ["--config-dir", str(conf), "data=tiny", f"data_dir={tiny_data_dir}", "model=tiny",
+              f"model.name={tiny_model_no_dropout}", "train.max_steps=3", "train.hard_negatives=1",
+              "train.precision=fp32", "train.lr=1e-3", "train.val_batch_size=8", "train.save_every=2",
+              "train.warmup_ratio=0.0", "train.print_every=1000", "seed=7"]
+    work = tmp_path / "cwd"
+    work.mkdir()
+    script = dpr_train()
+    # torchrun runs a script file (the installed dpr-train), or a module with -m
+    ddp = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           *(script if len(script) == 1 else ["-m", "dpr.cli.train"])]
+    proc = subprocess.run([*ddp, *common, f"output_dir={tmp_path / 'ddp'}", "train.batch_size=2"],
+                          cwd=work, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    train(tiny_cfg(tiny_model_no_dropout, tiny_data_dir, tmp_path / "one", max_steps=3, batch_size=4,
+                   precision="fp32", lr=1e-3, save_every=2))
+    ddp_rows = read_jsonl(tmp_path / "ddp" / "metrics.jsonl")
+    one_rows = read_jsonl(tmp_path / "one" / "metrics.jsonl")
+    assert [r["negatives"] for r in ddp_rows] == [7, 7, 7]  # the pool spans both ranks: 4 questions x 2 passages
+    assert [r["loss"] for r in ddp_rows] == pytest.approx([r["loss"] for r in one_rows], abs=1e-5)
+    summary = json.loads((tmp_path / "ddp" / "train_summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 3
+    # rank 0 saved every rank's RNG state (keep_checkpoints=1 in conf/train/default.yaml: the last only)
+    rngs = torch.load(tmp_path / "ddp" / "checkpoints" / "step_3" / "rng.pt", weights_only=True)
+    assert len(rngs) == 2 and not (tmp_path / "ddp" / "checkpoints" / "step_2").exists()
+    assert list(work.iterdir()) == []  # rank 1 wrote nothing in its working directory

@@ -11,13 +11,14 @@ killed run never leaves a half checkpoint that resume would pick up):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -70,6 +71,38 @@ def set_rng_state(state: dict) -> None:
 def _as_tuple(x: Any) -> Any:
     # random.setstate wants nested tuples; serialisation may hand back lists.
     return tuple(_as_tuple(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+# Settings that do not change what a step computes: a run may resume with other values (more steps, say).
+_RESUMABLE_KEYS = {"epochs", "max_steps", "save_every", "keep_checkpoints", "log_every", "print_every",
+                   "eval_every", "resume", "validate", "best_metric", "cpu_threads"}
+
+
+def run_fingerprint(conf: Mapping[str, Any], train_cfg: Mapping[str, Any], train_path: Path, world: int) -> str:
+    """What a checkpoint must have been trained with to be this run's past: model, data file, seed,
+    world size and the step-defining train settings. Auto-resume ignores checkpoints that differ."""
+    train = {k: v for k, v in train_cfg.items() if k not in _RESUMABLE_KEYS and not k.startswith("val_")}
+    st = train_path.stat()
+    blob = json.dumps({"model": conf["model"], "data": conf["data"].get("name"), "seed": conf.get("seed"),
+                       "train": train, "world_size": world, "train_file": [st.st_size, st.st_mtime_ns]},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def resolve_resume(resume: Any, output_dir: str | Path) -> Path | None:
+    """The checkpoint ``train.resume`` asks for: auto (latest if any), true (latest, required), false, or a path."""
+    value = str(resume).lower()
+    if value in ("false", "no", "none", "0"):
+        return None
+    if value in ("auto", "true", "yes", "1"):
+        found = latest_checkpoint(output_dir)
+        if found is None and value != "auto":
+            raise FileNotFoundError(f"train.resume=true but {output_dir}/checkpoints has no checkpoint")
+        return found
+    path = Path(str(resume))
+    if not (path / "state.json").is_file():
+        raise FileNotFoundError(f"train.resume={resume}: not a checkpoint directory (no state.json)")
+    return path
 
 
 def checkpoint_dir(output_dir: str | Path, step: int) -> Path:
@@ -183,6 +216,6 @@ def load_best(output_dir: str | Path, model: torch.nn.Module, map_location: str 
 
 
 __all__ = [
-    "rng_state", "set_rng_state", "checkpoint_dir", "list_checkpoints", "latest_checkpoint", "read_state",
+    "rng_state", "set_rng_state", "run_fingerprint", "resolve_resume", "checkpoint_dir", "list_checkpoints", "latest_checkpoint", "read_state",
     "save_checkpoint", "prune_checkpoints", "load_checkpoint", "save_best", "read_best", "load_best",
 ]

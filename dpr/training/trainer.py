@@ -16,8 +16,6 @@ Test hook: ``DPR_TEST_CRASH_AT_STEP=<n>`` raises after step ``n`` (and its check
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import os
 import random
@@ -68,6 +66,7 @@ class TrainConfig:
     grad_cache_chunk_size: int = 0       # > 0: gradient cache with chunks of this many texts
     precision: str = "auto"              # auto | fp32 | bf16 | fp16 (fp16: CUDA only, with GradScaler)
     deterministic: bool = False          # torch deterministic algorithms (GPU; CPU runs are already)
+    cpu_threads: int = 0                 # > 0: torch intra-op threads during the run (1 beats 2 on a busy 2-core box)
     shuffle: bool = True
     shuffle_positives: bool = False      # False: the first positive (DPR)
     shuffle_hard_negatives: bool = True  # DPR shuffles the negatives per epoch, then takes the first H
@@ -143,37 +142,6 @@ def _plain_config(cfg: Any) -> dict:
     return OmegaConf.to_container(OmegaConf.create(dict(cfg)), resolve=True)
 
 
-def _resume_from(resume: Any, output_dir: Path) -> Path | None:
-    value = str(resume).lower()
-    if value in ("false", "no", "none", "0"):
-        return None
-    if value in ("auto", "true", "yes", "1"):
-        found = ckpt.latest_checkpoint(output_dir)
-        if found is None and value != "auto":
-            raise FileNotFoundError(f"train.resume=true but {output_dir}/checkpoints has no checkpoint")
-        return found
-    path = Path(str(resume))
-    if not (path / "state.json").is_file():
-        raise FileNotFoundError(f"train.resume={resume}: not a checkpoint directory (no state.json)")
-    return path
-
-
-# Settings that do not change what a step computes: a run may resume with other values (more steps, say).
-_RESUMABLE_KEYS = {"epochs", "max_steps", "save_every", "keep_checkpoints", "log_every", "print_every",
-                   "eval_every", "resume", "validate", "best_metric"}
-
-
-def run_fingerprint(conf: Mapping[str, Any], tc: TrainConfig, train_path: Path, world: int) -> str:
-    """What a checkpoint must have been trained with to be this run's past: model, data file, seed,
-    world size and the step-defining train settings. Auto-resume ignores checkpoints that differ."""
-    train = {k: v for k, v in dataclasses.asdict(tc).items() if k not in _RESUMABLE_KEYS and not k.startswith("val_")}
-    st = train_path.stat()
-    blob = json.dumps({"model": conf["model"], "data": conf["data"].get("name"), "seed": conf.get("seed"),
-                       "train": train, "world_size": world, "train_file": [st.st_size, st.st_mtime_ns]},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 def _total_steps(batches: TrainBatches, tc: TrainConfig) -> int:
     if tc.max_steps > 0:
         return int(tc.max_steps)
@@ -204,9 +172,19 @@ class _State:
 
 def train(cfg: Mapping[str, Any] | DictConfig, extra_summary: Mapping[str, Any] | None = None) -> dict:
     """Train a bi-encoder; returns (and writes to ``<output_dir>/train_summary.json``) the run summary."""
-    wall_start = time.time()
     conf = _plain_config(cfg)
     tc = TrainConfig.from_dict(conf.get("train") or {})
+    threads = torch.get_num_threads()
+    if tc.cpu_threads > 0:
+        torch.set_num_threads(tc.cpu_threads)
+    try:
+        return _train(conf, tc, extra_summary)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None) -> dict:
+    wall_start = time.time()
     dist.init_distributed()
     rank, world, main = dist.rank(), dist.world_size(), dist.is_main()
     device = dist.device()
@@ -222,6 +200,8 @@ def train(cfg: Mapping[str, Any] | DictConfig, extra_summary: Mapping[str, Any] 
         raise FileNotFoundError(f"{paths.train}: no training data (prepare it with dpr-data data={conf['data']['name']})")
     train_examples = load_examples(paths.train)
     dev_examples = load_examples(paths.dev) if tc.validate and paths.dev.is_file() else []
+    if tc.validate and not dev_examples:
+        log.warning("%s: no dev examples: no validation, the final weights are the last step's", paths.dev)
     kind = conf["data"].get("kind") or paths.kind
 
     model_cfg = dict(conf["model"])
@@ -244,13 +224,14 @@ def train(cfg: Mapping[str, Any] | DictConfig, extra_summary: Mapping[str, Any] 
         raise ValueError(
             f"{paths.train}: {len(train_examples)} examples make {batches.num_batches(0)} global batches of "
             f"{tc.batch_size * world}, fewer than grad_accumulation_steps={accum}: lower train.batch_size"
+            + (" (or set train.dedup_positives=false: many questions share a positive)" if tc.dedup_positives else "")
         )
     optimizer = build_optimizer(model, tc.lr, tc.weight_decay, tuple(tc.adam_betas), tc.adam_eps)
     scheduler = linear_schedule(optimizer, resolve_warmup(tc.warmup_steps, tc.warmup_ratio, total), total)
 
-    fingerprint = run_fingerprint(conf, tc, paths.train, world)
+    fingerprint = ckpt.run_fingerprint(conf, dataclasses.asdict(tc), paths.train, world)
     state = _State(fingerprint=fingerprint)
-    resume_dir = _resume_from(tc.resume, out)
+    resume_dir = ckpt.resolve_resume(tc.resume, out)
     if resume_dir is not None and ckpt.read_state(resume_dir).get("fingerprint") != fingerprint:
         if str(tc.resume).lower() != "auto":
             raise ValueError(f"{resume_dir} was written with another model/data/train config; "
@@ -285,7 +266,6 @@ def train(cfg: Mapping[str, Any] | DictConfig, extra_summary: Mapping[str, Any] 
     if dev_examples and tc.val_corpus_topk:
         corpus = load_corpus(paths.passages, tc.val_corpus_max_passages) if paths.passages.is_file() else None
     val_autocast = "off" if precision == "fp32" else precision
-    per_q = 1 + tc.hard_negatives
     micro_outputs: list = []
     loss_fn = make_loss_fn(model, 1 + tc.hard_negatives, accum, scaler, micro_outputs)
     step_fn = make_step(tc.grad_cache_chunk_size)
@@ -312,57 +292,54 @@ def train(cfg: Mapping[str, Any] | DictConfig, extra_summary: Mapping[str, Any] 
             if main:
                 ckpt.save_best(out, model, {"step": state.step, "metric": metric, "value": metrics[metric], "validation": metrics})
 
-    while state.step < total:
-        num_batches = batches.num_batches(state.epoch)
-        it = batches.iter_epoch(state.epoch, start=state.batch_in_epoch)
-        while state.batch_in_epoch + accum <= num_batches and state.step < total:
-            started = time.perf_counter()
-            micro_outputs.clear()
-            micro = [next(it)[1:] for _ in range(accum)]
-            lr, grad_norm = optimizer_step(train_model, micro, step_fn=step_fn, loss_fn=loss_fn, autocast=autocast,
-                                           optimizer=optimizer, scheduler=scheduler, scaler=scaler,
-                                           max_grad_norm=tc.max_grad_norm, device=device)
-            state.step += 1
-            state.batch_in_epoch += accum
-            epoch_done = state.batch_in_epoch + accum > num_batches
-            if epoch_done:
-                state.epoch, state.batch_in_epoch = state.epoch + 1, 0
-            seconds = time.perf_counter() - started
-            state.train_seconds += seconds
+    try:
+        while state.step < total:
+            num_batches = batches.num_batches(state.epoch)
+            it = batches.iter_epoch(state.epoch, start=state.batch_in_epoch)
+            while state.batch_in_epoch + accum <= num_batches and state.step < total:
+                started = time.perf_counter()
+                micro_outputs.clear()
+                micro = [next(it)[1:] for _ in range(accum)]
+                lr, grad_norm = optimizer_step(train_model, micro, step_fn=step_fn, loss_fn=loss_fn, autocast=autocast,
+                                               optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                                               max_grad_norm=tc.max_grad_norm, device=device)
+                state.step += 1
+                state.batch_in_epoch += accum
+                epoch_done = state.batch_in_epoch + accum > num_batches
+                if epoch_done:
+                    state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+                seconds = time.perf_counter() - started
+                state.train_seconds += seconds
 
-            if state.step % tc.log_every == 0 or state.step == total or state.step % tc.print_every == 0:
-                row = {
-                    "loss": dist.reduce_mean(torch.stack([o.loss.detach() for o in micro_outputs]).mean()),
-                    "accuracy": dist.reduce_mean(float(np.mean([o.accuracy for o in micro_outputs]))),
-                    "avg_rank": dist.reduce_mean(float(np.mean([o.avg_rank for o in micro_outputs]))),
-                    "lr": lr,
-                    "grad_norm": grad_norm,
-                    "examples_per_s": tc.batch_size * world * accum / seconds,
-                    "epoch": state.epoch + state.batch_in_epoch / max(1, num_batches),
-                    "negatives": micro_outputs[0].num_candidates - 1,
-                }
-                state.last_train = row
-                if state.step % tc.log_every == 0 or state.step == total:
-                    logger.log_train(state.step, row)
-                if state.step % tc.print_every == 0:
-                    log.info("step %d/%d: %s", state.step, total, _fmt(row))
-                pbar.set_postfix(loss=f"{row['loss']:.4f}", acc=f"{row['accuracy']:.2f}", lr=f"{lr:.2e}",
-                                 ex_s=f"{row['examples_per_s']:.1f}", refresh=False)
-            pbar.update(1)
+                if state.step % tc.log_every == 0 or state.step == total or state.step % tc.print_every == 0:
+                    row = _step_row(micro_outputs, lr, grad_norm, tc.batch_size * world * accum / seconds,
+                                    state.epoch + state.batch_in_epoch / max(1, num_batches))
+                    state.last_train = row
+                    if state.step % tc.log_every == 0 or state.step == total:
+                        logger.log_train(state.step, row)
+                    if state.step % tc.print_every == 0:
+                        log.info("step %d/%d: %s", state.step, total, _fmt(row))
+                    pbar.set_postfix(loss=f"{row['loss']:.4f}", acc=f"{row['accuracy']:.2f}", lr=f"{lr:.2e}",
+                                     ex_s=f"{row['examples_per_s']:.1f}", refresh=False)
+                pbar.update(1)
 
-            if dev_examples and (epoch_done or state.step == total or (tc.eval_every and state.step % tc.eval_every == 0)):
-                run_validation()
-            if tc.save_every > 0 and (state.step % tc.save_every == 0 or state.step == total):
-                rngs = dist.all_gather_object(ckpt.rng_state())
-                if main:
-                    ckpt.save_checkpoint(out, state.step, model, optimizer, scheduler, scaler,
-                                         dataclasses.asdict(state), rngs, keep=tc.keep_checkpoints)
-                dist.barrier()
-            if crash_at and state.step == crash_at:
-                raise RuntimeError(f"{CRASH_ENV}={crash_at}: simulated crash after step {crash_at}")
-            if epoch_done:
-                break
-    pbar.close()
+                if dev_examples and (epoch_done or state.step == total or (tc.eval_every and state.step % tc.eval_every == 0)):
+                    run_validation()
+                if tc.save_every > 0 and (state.step % tc.save_every == 0 or state.step == total):
+                    rngs = dist.all_gather_object(ckpt.rng_state())
+                    if main:
+                        ckpt.save_checkpoint(out, state.step, model, optimizer, scheduler, scaler,
+                                             dataclasses.asdict(state), rngs, keep=tc.keep_checkpoints)
+                    dist.barrier()
+                if crash_at and state.step == crash_at:
+                    raise RuntimeError(f"{CRASH_ENV}={crash_at}: simulated crash after step {crash_at}")
+                if epoch_done:
+                    break
+    except BaseException:
+        logger.close()  # flush what was logged (and finish a wandb run) before the error propagates
+        raise
+    finally:
+        pbar.close()
 
     info = {"resumed_from": str(resume_dir) if resume_dir else None, **dict(extra_summary or {})}
     summary = _finish(out, model, tokenizer, state, tc, conf, main, precision, world, wall_start, info)
@@ -407,6 +384,20 @@ def _finish(out, model, tokenizer, state: _State, tc: TrainConfig, conf: dict, m
         write_json_atomic(out / "train_summary.json", summary)
         log.info("saved %s weights to %s", final_from, out)
     return summary
+
+
+def _step_row(outputs: list, lr: float, grad_norm: float, examples_per_s: float, epoch: float) -> dict:
+    """One metrics.jsonl row: the step's micro-batch losses and in-batch ranks, averaged over ranks."""
+    return {
+        "loss": dist.reduce_mean(torch.stack([o.loss.detach() for o in outputs]).mean()),
+        "accuracy": dist.reduce_mean(float(np.mean([o.accuracy for o in outputs]))),
+        "avg_rank": dist.reduce_mean(float(np.mean([o.avg_rank for o in outputs]))),
+        "lr": lr,
+        "grad_norm": grad_norm,
+        "examples_per_s": examples_per_s,
+        "epoch": epoch,
+        "negatives": outputs[0].num_candidates - 1,  # candidates besides the positive, across ranks
+    }
 
 
 def _fmt(metrics: Mapping[str, Any]) -> str:
