@@ -182,6 +182,13 @@ def run_pipeline(cfg: DictConfig) -> dict:
         "model": cfg.model.name,
         "stage_seconds": {k: round(v, 1) for k, v in stages.timings.items()},
     }
+    summary_file = model_dir / "train_summary.json"
+    if summary_file.is_file():
+        summary = json.loads(summary_file.read_text())
+        notes["dev_validation"] = {"untrained": summary.get("initial_validation"),
+                                   "trained": {k[4:]: v for k, v in summary.get("final_metrics", {}).items()
+                                               if k.startswith("val_")},
+                                   "kept": summary.get("final_weights")}
     eval_dir = out / "eval"
     if qrels_data:
         report = evaluate_qrels(runs, ds.qrels(split_eval), eval_dir, notes=notes)

@@ -157,6 +157,16 @@ def test_loss_decreases_and_best_weights_are_saved(tiny_model_dir, tiny_data_dir
     assert saved["steps"] == 30 and saved["best_step"] == best["step"] and saved["wall_time_s"] > 0
 
 
+def test_validate_at_start_records_the_starting_weights(tiny_model_dir, tiny_data_dir, tmp_path):
+    out = tmp_path / "run"
+    summary = train(tiny_cfg(tiny_model_dir, tiny_data_dir, out, max_steps=2, validate_at_start=True))
+    val = read_jsonl(out / "validation.jsonl")
+    assert [r["step"] for r in val][0] == 0
+    assert summary["initial_validation"]["avg_rank"] == val[0]["avg_rank"]
+    # the untrained weights compete for "best": the saved model is never worse on dev than where it started
+    assert summary["final_metrics"]["val_avg_rank"] <= val[0]["avg_rank"]
+
+
 def test_grad_accumulation_and_grad_cache_runs(tiny_model_dir, tiny_data_dir, tmp_path):
     cfg = tiny_cfg(tiny_model_dir, tiny_data_dir, tmp_path / "acc", max_steps=2, batch_size=2,
                    grad_accumulation_steps=2, grad_cache_chunk_size=3, precision="fp32", validate=False)

@@ -78,6 +78,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     resume: Any = "auto"                 # auto | true | false | <checkpoint dir>
     validate: bool = True
+    validate_at_start: bool = False      # also validate the starting weights (step 0): the untrained baseline
     val_batch_size: int = 64
     val_max_questions: int = 0           # 0: every dev question
     val_hard_negatives: int = 30         # per dev question, in the average-rank pool
@@ -167,6 +168,7 @@ class _State:
     last_train: dict = field(default_factory=dict)
     last_validation: dict = field(default_factory=dict)
     best_validation: dict = field(default_factory=dict)
+    initial_validation: dict = field(default_factory=dict)
     fingerprint: str = ""
 
 
@@ -293,6 +295,10 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
                 ckpt.save_best(out, model, {"step": state.step, "metric": metric, "value": metrics[metric], "validation": metrics})
 
     try:
+        if dev_examples and tc.validate_at_start and state.step == 0:
+            # the starting weights compete for "best" too: training that hurts dev never wins
+            run_validation()
+            state.initial_validation = state.last_validation
         while state.step < total:
             num_batches = batches.num_batches(state.epoch)
             it = batches.iter_epoch(state.epoch, start=state.batch_in_epoch)
@@ -370,6 +376,7 @@ def _finish(out, model, tokenizer, state: _State, tc: TrainConfig, conf: dict, m
         "best_metric": {"name": tc.best_metric, "value": state.best_value},
         "final_weights": final_from,
         "final_metrics": final_metrics,
+        "initial_validation": state.initial_validation,
         "last_validation": state.last_validation,
         "precision": precision,
         "world_size": world,
