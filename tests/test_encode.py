@@ -168,6 +168,7 @@ def test_more_shards_than_passages_and_bad_dtype(tiny_model_dir, tiny_data_dir, 
                   cache_dir=tmp_path / "arrow", progress=False)
     assert len(list(out.glob("*.npy"))) == 3
     vecs3, ids3, _ = read_all(out)
-    assert ids3 == ids and np.array_equal(vecs3, vecs)
+    # other shard sizes batch (and pad) passages differently: equal up to float rounding
+    assert ids3 == ids and np.allclose(vecs3, vecs, atol=1e-5)
     with pytest.raises(ValueError, match="dtype"):
         encode_corpus(tiny_model_dir, passages, tmp_path / "x", dtype="int8")

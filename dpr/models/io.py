@@ -40,7 +40,7 @@ FORMAT = "dpr.biencoder"
 FORMAT_VERSION = 1
 # Settings that change how inputs are cut or how scores are scaled, not what the trained weights
 # compute (temperature rescales scores without changing any ranking).
-_RUNTIME_KEYS = {"question_max_length", "passage_max_length", "temperature"}
+_RUNTIME_KEYS = {"question_max_length", "passage_max_length", "temperature", "attn_implementation"}
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -50,13 +50,20 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model
 
 
-def _load_encoder(path: str | Path) -> nn.Module:
+def _attn_implementation(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    return "sdpa" if torch.cuda.is_available() else "eager"
+
+
+def _load_encoder(path: str | Path, attn_implementation: str = "auto") -> nn.Module:
     """An HF encoder in float32 (transformers 5 would otherwise keep a half-precision checkpoint's dtype)."""
     import transformers
     from transformers import AutoModel
 
     key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    return AutoModel.from_pretrained(str(path), **{key: torch.float32})
+    return AutoModel.from_pretrained(
+        str(path), attn_implementation=_attn_implementation(attn_implementation), **{key: torch.float32})
 
 
 def _load_tokenizer(path: str | Path):
@@ -73,7 +80,7 @@ def build_biencoder(cfg: BiEncoderConfig) -> tuple[BiEncoder, Any]:
     eval mode (like ``from_pretrained``); call ``.train()`` to fine-tune.
     """
     path = resolve_model_name(cfg.name)
-    question = _load_encoder(path)
+    question = _load_encoder(path, cfg.attn_implementation)
     passage = None if cfg.shared else copy.deepcopy(question)
     model = BiEncoder(cfg, question, passage)
     model.eval()
@@ -151,8 +158,8 @@ def _load_saved(path: Path, overrides: dict[str, Any]) -> tuple[BiEncoder, Any]:
     for sub in (QUESTION_DIR,) if cfg.shared else (QUESTION_DIR, PASSAGE_DIR):
         if not (path / sub / "config.json").is_file():
             raise FileNotFoundError(f"{path / sub}: missing tower (incomplete bi-encoder directory)")
-    question = _load_encoder(path / QUESTION_DIR)
-    passage = None if cfg.shared else _load_encoder(path / PASSAGE_DIR)
+    question = _load_encoder(path / QUESTION_DIR, cfg.attn_implementation)
+    passage = None if cfg.shared else _load_encoder(path / PASSAGE_DIR, cfg.attn_implementation)
     model = BiEncoder(cfg, question, passage)
     if cfg.projection_dim:
         proj_path = path / PROJECTION_FILE
