@@ -42,8 +42,8 @@ class BiEncoderConfig:
     temperature: float = 1.0
     question_max_length: int = 64
     passage_max_length: int = 256
-    # auto: eager attention on CPU (its backward is ~1.5x faster there than SDPA's, measured on MiniLM
-    # with dropout), SDPA when CUDA is available; or any HF value ("sdpa", "eager", "flash_attention_2")
+    # auto: transformers' default (SDPA where the model supports it); or any HF value ("sdpa", "eager",
+    # "flash_attention_2" on GPUs that have it). On the 2-core CPU, eager was 2x slower to encode.
     attn_implementation: str = "auto"
 
     def __post_init__(self) -> None:

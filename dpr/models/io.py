@@ -50,20 +50,14 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model
 
 
-def _attn_implementation(choice: str) -> str:
-    if choice != "auto":
-        return choice
-    return "sdpa" if torch.cuda.is_available() else "eager"
-
-
 def _load_encoder(path: str | Path, attn_implementation: str = "auto") -> nn.Module:
     """An HF encoder in float32 (transformers 5 would otherwise keep a half-precision checkpoint's dtype)."""
     import transformers
     from transformers import AutoModel
 
     key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    return AutoModel.from_pretrained(
-        str(path), attn_implementation=_attn_implementation(attn_implementation), **{key: torch.float32})
+    attn = {} if attn_implementation == "auto" else {"attn_implementation": attn_implementation}
+    return AutoModel.from_pretrained(str(path), **attn, **{key: torch.float32})
 
 
 def _load_tokenizer(path: str | Path):
