@@ -19,7 +19,6 @@ import logging
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,19 +31,9 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # and tqdm itself (the project's bar
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_data import find_dataset  # noqa: E402  (scripts/ is on sys.path when run as a script)
+
 log = logging.getLogger("bench_bm25")
-
-
-def find_dataset(data_dir: Path, name: str) -> Path:
-    root = data_dir / name
-    if (root / "passages.tsv").is_file():
-        return root
-    from dpr.data.prepare import prepare_dataset
-
-    mirror = os.environ.get("DPR_DATA_MIRROR") or str(REPO.parent / "shared" / "data")
-    tmp = Path(tempfile.mkdtemp(prefix="bench_bm25_"))
-    log.info("%s not prepared under %s: preparing it into %s", name, data_dir, tmp)
-    return prepare_dataset({"name": name}, tmp, mirror_dir=mirror if Path(mirror).is_dir() else None)
 
 
 def load_questions(root: Path) -> list[str]:
@@ -101,7 +90,7 @@ def main() -> None:
     from dpr.bm25.index import passage_text
     from dpr.data.passages import iter_passages
 
-    root = find_dataset(Path(args.data_dir), args.dataset)
+    root = find_dataset(Path(args.data_dir), args.dataset, prefix="bench_bm25_")
     rows = list(iter_passages(root / "passages.tsv"))
     texts = [passage_text(r) for r in rows]
     questions = load_questions(root)

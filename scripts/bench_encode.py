@@ -38,19 +38,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_data import find_dataset  # noqa: E402  (scripts/ is on sys.path when run as a script)
+
 log = logging.getLogger("bench_encode")
-
-
-def find_dataset(data_dir: Path, name: str) -> Path:
-    root = data_dir / name
-    if (root / "passages.tsv").is_file():
-        return root
-    from dpr.data.prepare import prepare_dataset
-
-    mirror = os.environ.get("DPR_DATA_MIRROR") or str(REPO.parent / "shared" / "data")
-    tmp = Path(tempfile.mkdtemp(prefix="bench_encode_"))
-    log.info("%s not prepared under %s: preparing it into %s", name, data_dir, tmp)
-    return prepare_dataset({"name": name}, tmp, mirror_dir=mirror if Path(mirror).is_dir() else None)
 
 
 def best_times(fns: dict, repeat: int, clock=time.perf_counter) -> dict[str, tuple[float, object]]:
@@ -107,7 +97,7 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    root = find_dataset(args.data_dir, args.dataset)
+    root = find_dataset(args.data_dir, args.dataset, prefix="bench_encode_")
     rows = list(itertools.islice(iter_passages(root / "passages.tsv"), args.n))
     texts = [r["text"] for r in rows]
     path = default_model_path()
