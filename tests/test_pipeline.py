@@ -66,3 +66,40 @@ def test_pipeline_missing_dataset_is_one_line_error(tmp_path, tiny_model_dir):
     )
     assert proc.returncode != 0
     assert "passages.tsv" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _qrels_dataset(root: Path) -> Path:
+    """The tiny corpus as BEIR-style qrels data: queries.jsonl + qrels/{train,dev,test}.tsv, no answers."""
+    from conftest import TINY_QA, write_tiny_dataset
+
+    write_tiny_dataset(root)
+    for name in ("test.qa.tsv", "dev.qa.tsv"):
+        (root / name).unlink()
+    (root / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"q{i}", "text": q}) + "\n" for i, (q, _, _) in enumerate(TINY_QA)), encoding="utf-8")
+    (root / "qrels").mkdir()
+    for split in ("train", "dev", "test"):
+        rows = "".join(f"q{i}\t{pid}\t1\n" for i, (_, _, pid) in enumerate(TINY_QA))
+        (root / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + rows, encoding="utf-8")
+    for name in ("train.json", "dev.json"):
+        examples = json.loads((root / name).read_text())
+        for ex in examples:
+            ex["answers"] = []
+        (root / name).write_text(json.dumps(examples), encoding="utf-8")
+    (root / "meta.json").write_text(json.dumps({"name": root.name, "kind": "qrels"}), encoding="utf-8")
+    return root
+
+
+def test_pipeline_on_qrels_data_reports_qrels_metrics(tiny_model_dir, tmp_path):
+    data_dir = tmp_path / "data"
+    _qrels_dataset(data_dir / "tiny")
+    out = tmp_path / "run"
+    proc = _pipeline(data_dir, tiny_model_dir, out, "data.kind=qrels")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert {"bm25", "dense_untrained", "dense", "hybrid"} <= set(report["systems"])
+    for metrics in report["systems"].values():
+        assert 0.0 <= metrics["ndcg@10"] <= 1.0 and 0.0 <= metrics["mrr@10"] <= 1.0
+    # every query has exactly one relevant passage among 8 and BM25 finds it: recall@100 is 1
+    assert report["systems"]["bm25"]["recall@100"] == 1.0
+    assert (out / "bm25" / "test.trec").is_file()
