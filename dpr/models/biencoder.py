@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dpr.config import strict_from_dict
 from dpr.models.pooling import POOLING_MODES, pool
 
 SIMILARITIES = ("dot", "cosine")
@@ -71,11 +72,7 @@ class BiEncoderConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "BiEncoderConfig":
         """Build from a mapping (e.g. a Hydra ``model`` node); unknown keys are an error, not ignored."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown bi-encoder config keys {unknown}; known: {sorted(known)}")
-        return cls(**dict(d))
+        return strict_from_dict(cls, d, "bi-encoder")
 
 
 def _freeze_unused_pooler(encoder: nn.Module) -> None:

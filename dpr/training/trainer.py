@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from dpr import distributed as dist
 from dpr.atomic import write_json_atomic
+from dpr.config import strict_from_dict
 from dpr.data.dataset import DatasetPaths
 from dpr.models import load_biencoder, save_biencoder
 from dpr.models.inference import cpu_supports_bf16
@@ -89,11 +90,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown train config keys {unknown}; known: {sorted(known)}")
-        tc = cls(**dict(d))
+        tc = strict_from_dict(cls, d, "train")
         for key in ("batch_size", "grad_accumulation_steps", "log_every", "print_every"):
             if int(getattr(tc, key)) < 1:
                 raise ValueError(f"train.{key} must be >= 1, got {getattr(tc, key)}")
