@@ -23,6 +23,7 @@ from dpr.data.prepare import prepare_dataset
 from dpr.eval.report import evaluate_qa, evaluate_qrels
 from dpr.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
+from dpr.remine import remine_dataset
 from dpr.stages import StageRunner
 from dpr.training.trainer import train
 
@@ -47,6 +48,50 @@ def _dataset(cfg: DictConfig) -> DatasetPaths:
         return ds
     return DatasetPaths(prepare_dataset(cfg.data, cfg.data_dir, mirror_dir=cfg.data.get("mirror_dir"),
                                         force=bool(cfg.get("force", False))))
+
+
+def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: Path, stages: StageRunner) -> None:
+    """Train ``train.rounds`` times: round 1 on the dataset's (BM25-mined) training file; each later round
+    continues from the previous round's model, on negatives re-mined from that model's own index
+    (:mod:`dpr.remine`, ANCE-style). The last round's model is ``model_dir``; earlier ones live in
+    ``<output_dir>/rounds/round<r>/``."""
+    rounds = int(cfg.train.get("rounds", 1))
+    prev_model: Path | None = None
+    for r in range(1, rounds + 1):
+        rdir = out / "rounds" / f"round{r}"
+        mdir = model_dir if r == rounds else rdir / "model"
+        train_file = ds.train
+        model = _plain(cfg.model)
+        if prev_model is not None:
+            train_file = rdir / "train.json"
+            prev_index = out / "rounds" / f"round{r - 1}" / "index.faiss"
+            stages.run(
+                f"remine_round{r}",
+                lambda pm=prev_model, pi=prev_index, tf=train_file: remine_dataset(
+                    pm, pi, ds, tf, num_negatives=cfg.train.remine_negatives, depth=cfg.train.remine_depth,
+                    skip_top=cfg.train.remine_skip_top, relative_margin=cfg.train.remine_relative_margin,
+                    bm25_share=cfg.train.remine_bm25_share),
+                outputs=[train_file], inputs=[prev_index, ds.train, prev_model / "biencoder.json"],
+                params=_plain(cfg.train),
+            )
+            model = {**model, "name": str(prev_model)}  # continue from the previous round's weights
+        train_cfg = OmegaConf.create({
+            "model": model, "data": _plain(cfg.data), "train": _plain(cfg.train), "loss": _plain(cfg.get("loss")),
+            "logger": _plain(cfg.logger), "data_dir": str(cfg.data_dir), "output_dir": str(mdir),
+            "seed": cfg.seed, "train_file": str(train_file),
+        })
+        stages.run(
+            "train" if rounds == 1 else f"train_round{r}", lambda tc=train_cfg: train(tc),
+            outputs=[mdir / "biencoder.json", mdir / "passage_encoder"],
+            inputs=[train_file, ds.dev, ds.passages], params=_plain(train_cfg),
+        )
+        if r < rounds:  # the round's own index, to mine the next round's negatives from
+            emb, idx = rdir / "embeddings", rdir / "index.faiss"
+            stages.run(f"encode_round{r}", lambda m=mdir, e=emb: encode.encode_corpus(str(m), ds.passages, e, **_plain(cfg.encode)),
+                       outputs=[emb], inputs=[ds.passages, mdir / "biencoder.json"], params=_plain(cfg.encode))
+            stages.run(f"index_round{r}", lambda e=emb, i=idx: faiss_index.build_and_save(e, i, factory="Flat"),
+                       outputs=[idx], inputs=[emb], params={"factory": "Flat"})
+        prev_model = mdir
 
 
 def run_pipeline(cfg: DictConfig) -> dict:
@@ -134,16 +179,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
     systems["dense_untrained"] = dense_system(
         "dense_untrained", str(untrained_dir), [untrained_dir / "biencoder.json"])
 
-    train_cfg = OmegaConf.create({
-        "model": _plain(cfg.model), "data": _plain(cfg.data), "train": _plain(cfg.train),
-        "logger": _plain(cfg.logger), "data_dir": str(cfg.data_dir), "output_dir": str(model_dir),
-        "seed": cfg.seed,
-    })
-    stages.run(
-        "train", lambda: train(train_cfg),
-        outputs=[model_dir / "biencoder.json", model_dir / "passage_encoder"],
-        inputs=[ds.train, ds.dev, ds.passages], params=_plain(train_cfg),
-    )
+    train_model_rounds(cfg, ds, out, model_dir, stages)
     systems["dense"] = dense_system("dense", str(model_dir), [model_dir / "biencoder.json"])
 
     # 5. hybrid: linear fusion weight tuned on dev, plus reciprocal rank fusion for reference

@@ -74,9 +74,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     from dpr.models import load_biencoder
     from dpr.models.hub import default_model_path
-    from dpr.training.data import TrainBatches, collate, load_examples
+    from dpr.training.data import TrainBatches, load_examples
     from dpr.training.grad_cache import standard_step
-    from dpr.training.optim import build_optimizer, linear_schedule, make_loss_fn, optimizer_step
+    from dpr.losses import SoftmaxNLLLoss
+    from dpr.training.optim import build_optimizer, linear_schedule, optimizer_step
+    from dpr.training.steps import bind_loss
     from dpr.training.trainer import _autocast, resolve_precision
 
     if args.threads > 0:
@@ -98,9 +100,10 @@ def main(argv: list[str] | None = None) -> dict:
     st.train()
     mnrl = MultipleNegativesRankingLoss(st)  # scale 20, cosine: the same objective as ours
 
+    # answer masking off: MultipleNegativesRankingLoss has none, so both train the same objective
     batches = TrainBatches(examples, tokenizer, batch_size=batch_size, hard_negatives=args.hard_negatives,
                            question_max_length=args.question_max_length,
-                           passage_max_length=args.passage_max_length, seed=args.seed)
+                           passage_max_length=args.passage_max_length, seed=args.seed, mask_answers=False)
     per_epoch = batches.num_batches(0)
     plan = [(i // per_epoch, i % per_epoch) for i in range(args.steps)]
 
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
     o_sched = linear_schedule(o_opt, 0, args.steps)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     outputs: list = []
-    loss_fn = make_loss_fn(ours, 1 + args.hard_negatives, 1, scaler, outputs)
+    loss = SoftmaxNLLLoss()
     autocast = _autocast(precision, device)
 
     s_opt = build_optimizer(st, args.lr, 0.01)
@@ -124,8 +127,10 @@ def main(argv: list[str] | None = None) -> dict:
         # ours
         t = time.perf_counter()
         outputs.clear()
-        q, p = collate(items, tokenizer, args.question_max_length, args.passage_max_length)
-        optimizer_step(ours, [(q, p)], step_fn=standard_step, loss_fn=loss_fn, autocast=autocast,
+        batch = next(batches.iter_epoch(epoch, start=b))
+        loss_fn = bind_loss(loss, ours.similarity, batch, corpus=None, frozen=False, accum=1, scaler=scaler,
+                            outputs=outputs)
+        optimizer_step(ours, [(batch.q_inputs, batch.p_inputs, loss_fn)], step_fn=standard_step, autocast=autocast,
                        optimizer=o_opt, scheduler=o_sched, scaler=scaler, max_grad_norm=args.max_grad_norm, device=device)
         res["ours"]["times"].append(time.perf_counter() - t)
         res["ours"]["losses"].append(float(outputs[0].loss.detach()))

@@ -30,6 +30,27 @@ PASSAGES = [  # pos_i, hn_i per question (H = 1)
 ]
 PER_Q = 2
 MODEL_KW = dict(projection_dim=8, similarity="cosine", temperature=0.1)
+# Each loss runs through the same steps; hinge is the non-default one whose equalities must hold too.
+LOSSES = {"softmax_nll": {"_target_": "dpr.losses.SoftmaxNLLLoss"},
+          "hinge": {"_target_": "dpr.losses.HingeLoss", "margin": 0.5}}
+
+
+def global_masks():
+    """Question i's positive is passage 2i; two false negatives masked (question 0 <-> passage 3 and
+    question 3 <-> passage 0), so the masks' rows must follow each rank's questions."""
+    from dpr.losses import PairMasks
+
+    m = PairMasks.dpr_layout(len(QUESTIONS), PER_Q)
+    m.ignore[0, 3] = True
+    m.ignore[3, 0] = True
+    return m
+
+
+def rank_masks(rank: int, world: int):
+    from dpr.losses import PairMasks
+
+    m, nq = global_masks(), len(QUESTIONS) // world
+    return PairMasks(m.positive[rank * nq:(rank + 1) * nq], m.ignore[rank * nq:(rank + 1) * nq])
 
 
 def build(model_dir: str):
@@ -62,7 +83,7 @@ def main() -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from dpr import distributed as D
-    from dpr.loss import contrastive_loss
+    from dpr.losses import build_loss
     from dpr.training.grad_cache import grad_cache_step, standard_step
 
     assert D.init_distributed() and D.is_distributed()
@@ -74,17 +95,21 @@ def main() -> None:
     nq = len(QUESTIONS) // w
     q, p = batch(tok, QUESTIONS[r * nq : (r + 1) * nq], PASSAGES[r * nq * PER_Q : (r + 1) * nq * PER_Q])
 
-    def loss_fn(qv, pv):
-        return contrastive_loss(qv, pv, model.similarity, PER_Q)
+    masks = rank_masks(r, w)
+    for loss_name, loss_cfg in LOSSES.items():
+        loss = build_loss(loss_cfg)
 
-    for name, step in (
-        ("standard", lambda: standard_step(ddp, q, p, loss_fn)),
-        ("cache", lambda: grad_cache_step(ddp, q, p, loss_fn, chunk_size=1)),
-    ):
-        res = step()
-        save_file(grads_of(model), str(out / f"rank{r}_{name}.safetensors"))
-        figures = dict(loss=res.loss.item(), accuracy=res.accuracy, avg_rank=res.avg_rank, n=res.num_candidates)
-        (out / f"rank{r}_{name}.json").write_text(json.dumps(figures))
+        def loss_fn(qv, pv, loss=loss):
+            return loss(qv, pv, masks, model.similarity)
+
+        for name, step in (
+            ("standard", lambda: standard_step(ddp, q, p, loss_fn)),
+            ("cache", lambda: grad_cache_step(ddp, q, p, loss_fn, chunk_size=1)),
+        ):
+            res = step()
+            save_file(grads_of(model), str(out / f"rank{r}_{loss_name}_{name}.safetensors"))
+            figures = dict(loss=res.loss.item(), accuracy=res.accuracy, avg_rank=res.avg_rank, n=res.num_candidates)
+            (out / f"rank{r}_{loss_name}_{name}.json").write_text(json.dumps(figures))
 
     # Unequal sizes: rank r contributes r + 1 rows of value r; every rank's loss is sum(weights * gathered).
     local = torch.full((r + 1, 3), float(r), requires_grad=True)

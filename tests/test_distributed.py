@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from dpr import distributed as D
-from dpr.loss import contrastive_loss
+from dpr.losses import build_loss
 from dpr.training.grad_cache import standard_step
 
 HERE = Path(__file__).resolve().parent
@@ -63,29 +63,30 @@ def ddp_run(tiny_model_dir, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_model_dir):
+def reference(tiny_model_dir, loss_name):
     """One process holding the whole global batch (ranks' slices concatenated in rank order)."""
     model, tok = worker.build(str(tiny_model_dir))
     q, p = worker.batch(tok, worker.QUESTIONS, worker.PASSAGES)
-    out = standard_step(model, q, p, lambda qv, pv: contrastive_loss(qv, pv, model.similarity, worker.PER_Q))
+    loss, masks = build_loss(worker.LOSSES[loss_name]), worker.global_masks()
+    out = standard_step(model, q, p, lambda qv, pv: loss(qv, pv, masks, model.similarity))
     return out, worker.grads_of(model)
 
 
+@pytest.mark.parametrize("loss_name", sorted(worker.LOSSES))
 @pytest.mark.parametrize("step", ["standard", "cache"])
-def test_two_processes_match_one_process(ddp_run, reference, step):
-    ref_out, ref_grads = reference
-    figures = [json.loads((ddp_run / f"rank{r}_{step}.json").read_text()) for r in range(2)]
+def test_two_processes_match_one_process(ddp_run, tiny_model_dir, loss_name, step):
+    ref_out, ref_grads = reference(tiny_model_dir, loss_name)
+    figures = [json.loads((ddp_run / f"rank{r}_{loss_name}_{step}.json").read_text()) for r in range(2)]
     # Each rank's loss is over its own questions against the global pool; their mean is the global loss.
     assert sum(f["loss"] for f in figures) / 2 == pytest.approx(ref_out.loss.item(), abs=1e-5)
     assert sum(f["accuracy"] for f in figures) / 2 == pytest.approx(ref_out.accuracy)
     assert sum(f["avg_rank"] for f in figures) / 2 == pytest.approx(ref_out.avg_rank)
     assert all(f["n"] == len(worker.PASSAGES) == ref_out.num_candidates for f in figures)
     for r in range(2):
-        got = load_file(str(ddp_run / f"rank{r}_{step}.safetensors"))
+        got = load_file(str(ddp_run / f"rank{r}_{loss_name}_{step}.safetensors"))
         assert got.keys() == ref_grads.keys() and len(got) > 10
         for name, g in ref_grads.items():
-            assert torch.allclose(got[name], g, atol=1e-5, rtol=1e-4), (r, name, (got[name] - g).abs().max())
+            assert torch.allclose(got[name], g, atol=1e-5, rtol=1e-5), (r, name, (got[name] - g).abs().max())
 
 
 def test_gather_helpers_with_unequal_sizes(ddp_run):

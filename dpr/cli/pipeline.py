@@ -6,6 +6,9 @@ import hydra
 from omegaconf import DictConfig
 
 from dpr.cli.common import CONF_DIR, report_errors
+from dpr.training.config import register_schema
+
+register_schema()  # train/schema: conf/train/*.yaml extend the TrainConfig dataclass
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="pipeline")

@@ -20,6 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from dpr.cli.common import CONF_DIR, report_errors
+from dpr.training.config import register_schema
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,9 @@ class SweepSummaryCallback(Callback):
         from dpr.training.sweep import write_sweep_summary
 
         write_sweep_summary(config.hydra.sweep.dir)
+
+
+register_schema()  # train/schema: conf/train/*.yaml extend the TrainConfig dataclass
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")

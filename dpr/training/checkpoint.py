@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 
 from dpr.atomic import atomic_path
 
@@ -75,7 +75,8 @@ def _as_tuple(x: Any) -> Any:
 
 # Settings that do not change what a step computes: a run may resume with other values (more steps, say).
 _RESUMABLE_KEYS = {"epochs", "max_steps", "save_every", "keep_checkpoints", "log_every", "print_every",
-                   "eval_every", "resume", "validate", "best_metric", "cpu_threads"}
+                   "eval_every", "resume", "validate", "best_metric", "cpu_threads", "rounds", "remine_negatives",
+                   "remine_depth", "remine_skip_top", "remine_relative_margin", "remine_bm25_share"}
 
 
 def run_fingerprint(conf: Mapping[str, Any], train_cfg: Mapping[str, Any], train_path: Path, world: int) -> str:
@@ -143,8 +144,11 @@ def save_checkpoint(
     state: dict,
     rng_states: list[dict],
     keep: int = 0,
+    extra_tensors: Mapping[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write ``checkpoints/step_<step>/`` atomically, then drop all but the newest ``keep`` (<= 0: keep all)."""
+    """Write ``checkpoints/step_<step>/`` atomically, then drop all but the newest ``keep`` (<= 0: keep all).
+
+    ``extra_tensors`` (e.g. the cached corpus vectors of corpus negatives) go to ``extra.safetensors``."""
     target = checkpoint_dir(output_dir, step)
     with atomic_path(target) as tmp:
         tmp.mkdir()
@@ -154,6 +158,8 @@ def save_checkpoint(
         if scaler is not None:
             torch.save(scaler.state_dict(), tmp / "scaler.pt")
         torch.save(rng_states, tmp / "rng.pt")
+        if extra_tensors:
+            save_file({k: v.contiguous() for k, v in extra_tensors.items()}, str(tmp / "extra.safetensors"))
         (tmp / "state.json").write_text(json.dumps({**state, "step": step}, indent=2), encoding="utf-8")
     log.info("saved checkpoint %s", target)
     prune_checkpoints(output_dir, keep)
@@ -193,6 +199,12 @@ def load_checkpoint(
     return state, rng
 
 
+def load_extra(path: str | Path) -> dict[str, torch.Tensor]:
+    """A checkpoint's ``extra_tensors`` ({} when it has none)."""
+    f = Path(path) / "extra.safetensors"
+    return load_file(str(f)) if f.is_file() else {}
+
+
 def save_best(output_dir: str | Path, model: torch.nn.Module, info: dict) -> Path:
     """Keep the best weights so far in ``checkpoints/best/`` (atomic), with their step and metric."""
     target = Path(output_dir) / CHECKPOINT_DIR / BEST_DIR
@@ -217,5 +229,5 @@ def load_best(output_dir: str | Path, model: torch.nn.Module, map_location: str 
 
 __all__ = [
     "rng_state", "set_rng_state", "run_fingerprint", "resolve_resume", "checkpoint_dir", "list_checkpoints", "latest_checkpoint", "read_state",
-    "save_checkpoint", "prune_checkpoints", "load_checkpoint", "save_best", "read_best", "load_best",
+    "save_checkpoint", "prune_checkpoints", "load_checkpoint", "load_extra", "save_best", "read_best", "load_best",
 ]

@@ -34,15 +34,36 @@ import numpy as np
 import torch
 
 from dpr.errors import DataError
+from dpr.losses import PairMasks
+from dpr.training.masks import pair_masks
 
 log = logging.getLogger(__name__)
 
 
 class TrainItem(NamedTuple):
-    """One training question: its text and ``1 + H`` ctx dicts, the positive first."""
+    """One training question: its text and ``1 + H`` ctx dicts, the positive first; its answers (QA data)
+    and the ids of all its positive passages (for the false-negative masks)."""
 
     question: str
     passages: list[dict]
+    answers: tuple = ()
+    positive_ids: frozenset = frozenset()
+
+    def as_question(self) -> dict:
+        """What the masks need to know of the question."""
+        return {"positive_ids": self.positive_ids, "answers": list(self.answers),
+                "target_id": self.passages[0]["passage_id"]}
+
+
+class Batch(NamedTuple):
+    """One rank's micro-batch: inputs, the masks over the *global* pool of passages, the local questions."""
+
+    index: int
+    q_inputs: dict
+    p_inputs: dict | None
+    masks: "PairMasks"
+    questions: list[dict]
+    pool_ids: list[str]
 
 
 def load_examples(path: str | Path) -> list[dict]:
@@ -188,7 +209,7 @@ def make_item(
         negatives += pool.draw(hard_negatives - len(negatives), own | {c["passage_id"] for c in negatives}, rng)
         if len(negatives) < hard_negatives:
             raise ValueError(f"the training set has too few passages for hard_negatives={hard_negatives}")
-    return TrainItem(example["question"], [positive, *negatives])
+    return TrainItem(example["question"], [positive, *negatives], tuple(example.get("answers") or ()), frozenset(own))
 
 
 def collate(
@@ -196,7 +217,8 @@ def collate(
     tokenizer,
     question_max_length: int,
     passage_max_length: int,
-) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    passages: bool = True,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
     """Tokenise a batch, padded to its own longest sequence: ``(q_inputs, p_inputs)``.
 
     Passages are (title, text) pairs as in DPR; ``p_inputs`` holds ``len(items) * (1 + H)`` rows,
@@ -207,6 +229,8 @@ def collate(
 
     ctxs = [c for it in items for c in it.passages]
     q = tokenize_batch(tokenizer, [it.question for it in items], None, question_max_length)
+    if not passages:
+        return q, None
     p = tokenize_batch(tokenizer, [c["text"] for c in ctxs], [c.get("title") or "" for c in ctxs], passage_max_length)
     return q, p
 
@@ -234,8 +258,11 @@ class TrainBatches:
         shuffle_positives: bool = False,
         shuffle_hard_negatives: bool = True,
         dedup_positives: bool = True,
+        multi_positive: bool = False,
+        mask_answers: bool = True,
     ) -> None:
         self.examples = examples
+        self.multi_positive, self.mask_answers = multi_positive, mask_answers
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.hard_negatives = hard_negatives
@@ -256,15 +283,36 @@ class TrainBatches:
     def num_batches(self, epoch: int) -> int:
         return len(self.global_batches(epoch))
 
-    def items(self, epoch: int, batch_in_epoch: int) -> list[TrainItem]:
-        idxs = rank_slice(self.global_batches(epoch)[batch_in_epoch], self.rank, self.world_size)
+    def global_items(self, epoch: int, batch_in_epoch: int) -> list[TrainItem]:
+        """Every rank's items of this global batch (cheap: each rank derives them all, to build masks)."""
         return [
             make_item(self.examples[i], i, epoch, self.seed, self.hard_negatives, self.pool,
                       self.shuffle_positives, self.shuffle_hard_negatives)
-            for i in idxs
+            for i in self.global_batches(epoch)[batch_in_epoch]
         ]
 
-    def iter_epoch(self, epoch: int, start: int = 0) -> Iterator[tuple[int, dict, dict]]:
+    def items(self, epoch: int, batch_in_epoch: int) -> list[TrainItem]:
+        """This rank's items (its slice of the global batch)."""
+        return rank_slice(self.global_items(epoch, batch_in_epoch), self.rank, self.world_size)
+
+    def masks(self, global_items: Sequence[TrainItem]) -> PairMasks:
+        """This rank's questions against the global pool (every rank's passages in rank order)."""
+        per = len(global_items) // self.world_size
+        first = self.rank * per
+        ctxs = [c for it in global_items for c in it.passages]
+        per_q = 1 + self.hard_negatives
+        local = global_items[first:first + per]
+        return pair_masks(
+            [it.as_question() for it in local], [c["passage_id"] for c in ctxs], [c["text"] for c in ctxs],
+            [(first + i) * per_q for i in range(len(local))],
+            multi_positive=self.multi_positive, mask_answers=self.mask_answers,
+        )
+
+    def iter_epoch(self, epoch: int, start: int = 0, passages: bool = True) -> Iterator[Batch]:
+        """This rank's batches from ``start``; ``passages=False`` (frozen-index steps) skips their tokens."""
         for b in range(start, self.num_batches(epoch)):
-            q, p = collate(self.items(epoch, b), self.tokenizer, self.q_len, self.p_len)
-            yield b, q, p
+            everyone = self.global_items(epoch, b)
+            items = rank_slice(everyone, self.rank, self.world_size)
+            q, p = collate(items, self.tokenizer, self.q_len, self.p_len, passages=passages)
+            yield Batch(b, q, p, self.masks(everyone), [it.as_question() for it in items],
+                        [c["passage_id"] for it in everyone for c in it.passages])

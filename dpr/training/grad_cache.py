@@ -32,7 +32,7 @@ from typing import Any, Callable, ContextManager, Iterator, Mapping
 import torch
 from torch import nn
 
-from dpr.loss import LossOutput
+from dpr.losses import LossOutput
 
 Inputs = Mapping[str, torch.Tensor]
 AutocastCtx = Callable[[], ContextManager] | ContextManager | None

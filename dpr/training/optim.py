@@ -4,14 +4,12 @@ optimizer step (micro-batches, loss, clip, step) as the trainer and the benchmar
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 from typing import Iterable
 
 import torch
 from torch import nn
 
-from dpr.loss import contrastive_loss
 
 # Biases and normalisation weights are not decayed (BERT/DPR practice): decaying a LayerNorm gain
 # towards 0 shrinks activations instead of regularising.
@@ -92,28 +90,16 @@ def clip_gradients(
     return float(norm)
 
 
-def make_loss_fn(model, passages_per_question: int, accum: int, scaler, outputs: list):
-    """The contrastive loss as the step functions call it; each call's raw output is appended to ``outputs``."""
-
-    def loss_fn(q: torch.Tensor, p: torch.Tensor):
-        res = contrastive_loss(q, p, model.similarity, passages_per_question, gather=True)
-        outputs.append(res)
-        # accumulation averages micro-batch gradients; fp16 scales the loss (scaler is a no-op otherwise)
-        return dataclasses.replace(res, loss=scaler.scale(res.loss / accum))
-
-    return loss_fn
-
-
-def optimizer_step(train_model, micro_batches, *, step_fn, loss_fn, autocast, optimizer, scheduler, scaler,
+def optimizer_step(train_model, micro_batches, *, step_fn, autocast, optimizer, scheduler, scaler,
                    max_grad_norm: float, device: torch.device) -> tuple[float, float]:
-    """One optimizer step over ``micro_batches`` (a list of ``(q_inputs, p_inputs)``): ``(lr, grad_norm)``.
+    """One optimizer step over ``micro_batches`` (``(q_inputs, p_inputs or None, loss_fn)`` each): ``(lr, grad_norm)``.
 
     ``optimizer.param_groups`` hold the parameters to clip. Under DDP gradients are all-reduced only
     on the last micro-batch.
     """
-    for i, (q_in, p_in) in enumerate(micro_batches):
+    for i, (q_in, p_in, loss_fn) in enumerate(micro_batches):
         q_in = {k: v.to(device, non_blocking=True) for k, v in q_in.items()}
-        p_in = {k: v.to(device, non_blocking=True) for k, v in p_in.items()}
+        p_in = {k: v.to(device, non_blocking=True) for k, v in p_in.items()} if p_in is not None else None
         sync = i == len(micro_batches) - 1 or not hasattr(train_model, "no_sync")
         with contextlib.nullcontext() if sync else train_model.no_sync():
             step_fn(train_model, q_in, p_in, loss_fn, autocast)

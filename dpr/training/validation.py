@@ -98,9 +98,12 @@ def average_rank(
             best = row[gold].max()
             ranks.append(int((row[~gold] > best).sum()))
     ranks_t = torch.tensor(ranks, dtype=torch.float64)
+    rr = 1.0 / (ranks_t + 1)
     return {
         "avg_rank": float(ranks_t.mean()),
-        "mrr": float((1.0 / (ranks_t + 1)).mean()),
+        "avg_rank_ci95": _ci95(ranks_t),
+        "mrr": float(rr.mean()),
+        "mrr_ci95": _ci95(rr),
         "rank_pool_size": len(ids),
         "num_questions": len(examples),
     }
@@ -172,7 +175,19 @@ def corpus_topk_accuracy(
                 gold = {c["passage_id"] for c in ex["positive_ctxs"]}
                 hits[start + i] = torch.tensor([ids[j] in gold for j in row])
     first_hit = hits.cumsum(dim=1) > 0
-    return {f"top{k}": float(first_hit[:, min(k, kmax) - 1].float().mean()) for k in ks}
+    out = {}
+    for k in ks:
+        col = first_hit[:, min(k, kmax) - 1].double()
+        out[f"top{k}"] = float(col.mean())
+        out[f"top{k}_ci95"] = _ci95(col)
+    return out
+
+
+def _ci95(values: torch.Tensor) -> float:
+    """Half-width of the normal-approximation 95% interval of a mean over questions (the dev set's
+    sampling error: what a difference between two runs must exceed to mean something)."""
+    n = values.numel()
+    return float(1.96 * values.double().std(unbiased=True) / n ** 0.5) if n > 1 else float("nan")
 
 
 def validate(
@@ -186,8 +201,13 @@ def validate(
     question_max_length: int,
     passage_max_length: int,
     autocast: str,
-) -> dict:
+    return_vectors: bool = False,
+    passage_vectors: torch.Tensor | None = None,
+) -> dict | tuple[dict, torch.Tensor | None]:
     """All validation metrics for the current weights (the model is put back in training mode).
+
+    ``return_vectors``: also return the corpus vectors it encoded (corpus negatives reuse them);
+    ``passage_vectors``: the corpus vectors of the current passage tower when the caller has them.
 
     Questions and the corpus are encoded once; the average-rank pool reuses the corpus vectors of
     its passages (the dev pool is a subset of the corpus), which halves the cost of a validation.
@@ -197,11 +217,11 @@ def validate(
     try:
         examples = _select(dev_examples, int(cfg.get("val_max_questions", 0) or 0))
         if not examples:
-            return {}
+            return ({}, None) if return_vectors else {}
         kw = dict(batch_size=int(cfg.get("val_batch_size", 64)), autocast=autocast)
         q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
-        p = None
-        if corpus is not None:
+        p = passage_vectors
+        if corpus is not None and p is None:
             p = _encode(model, tokenizer, corpus[1], "passage", max_length=passage_max_length, titles=corpus[2], **kw)
         common = dict(question_max_length=question_max_length, passage_max_length=passage_max_length, **kw)
         metrics = average_rank(model, tokenizer, examples, hard_negatives=int(cfg.get("val_hard_negatives", 30)),
@@ -213,4 +233,35 @@ def validate(
             ))
     finally:
         model.train(was_training)
-    return metrics
+    return (metrics, p) if return_vectors else metrics
+
+
+class Validator:
+    """Dev validation as the trainer uses it: names its primary metric and whether greater is better."""
+
+    def __init__(self, tokenizer, dev_examples: Sequence[dict], *, corpus, use_answers: bool, cfg: dict,
+                 question_max_length: int, passage_max_length: int, autocast: str, primary_metric: str) -> None:
+        self.tokenizer, self.examples, self.corpus = tokenizer, list(dev_examples), corpus
+        self.use_answers, self.cfg, self.autocast = use_answers, cfg, autocast
+        self.q_len, self.p_len = question_max_length, passage_max_length
+        self.primary_metric = primary_metric
+        self.greater_is_better = not ("rank" in primary_metric or "loss" in primary_metric)
+
+    def __bool__(self) -> bool:
+        return bool(self.examples)
+
+    def __call__(self, model, passage_vectors: torch.Tensor | None = None) -> tuple[dict, torch.Tensor | None]:
+        """``(metrics, corpus vectors or None)`` for the current weights (``passage_vectors``: the corpus
+        encoded by the current passage tower, when the caller knows it has not changed)."""
+        return validate(model, self.tokenizer, self.examples, corpus=self.corpus, use_answers=self.use_answers,
+                        cfg=self.cfg, question_max_length=self.q_len, passage_max_length=self.p_len,
+                        autocast=self.autocast, return_vectors=True, passage_vectors=passage_vectors)
+
+    def metric(self, metrics: dict) -> str:
+        return self.primary_metric if self.primary_metric in metrics else "avg_rank"
+
+    def is_better(self, metric: str, value: float, best: float | None) -> bool:
+        if best is None:
+            return True
+        greater = not ("rank" in metric or "loss" in metric)
+        return value > best if greater else value < best

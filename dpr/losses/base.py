@@ -1,0 +1,99 @@
+"""What every loss takes and returns, and the one gradient-correct gather they share.
+
+A loss is called as ``loss(q, p, masks, similarity, gather=True) -> LossOutput``:
+
+- ``q`` ``[B, D]``: this rank's question vectors (with gradients).
+- ``p`` ``[N, D]``: this rank's candidate passages. With ``gather=True`` under DDP they are
+  all-gathered (:func:`gather_passages`), so the candidate pool has ``N_global`` rows, rank 0's first.
+- ``masks``: :class:`PairMasks` over ``[B, N_global]`` -- which candidates are positives of each
+  question and which are ignored (neither positive nor negative: false negatives such as another
+  positive of a multi-positive query or a passage that contains the question's answer). The number
+  of candidates per question follows from the shapes and the masks; there is no second channel.
+- ``similarity(q, p) -> [B, N]`` scores (``BiEncoder.similarity``: dot or cosine / temperature).
+
+Loss scaling under DDP (W ranks): each rank's loss is the mean over its *local* questions against the
+*global* pool; :func:`dpr.distributed.all_gather_with_grad`'s backward sums each slice's gradient over
+ranks, and DDP averages parameter gradients, so the objective equals one process holding the global
+batch (tests/test_distributed.py checks it). Questions need no gather: no rank scores another's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from dpr import distributed
+
+Similarity = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class LossOutput:
+    """``loss``: the tensor to backpropagate (detached after a step). ``accuracy``: share of this rank's
+    questions whose best-scoring non-ignored candidate is a positive; ``avg_rank``: mean number of
+    negatives scoring above the question's best positive (0 = top); ``num_candidates``: pool size;
+    ``masked``: (question, candidate) pairs removed from the negatives by the ignore mask."""
+
+    loss: torch.Tensor
+    accuracy: float
+    avg_rank: float
+    num_candidates: int
+    masked: int = 0
+
+
+@dataclass
+class PairMasks:
+    """Boolean ``[B, N]`` masks over (question, candidate) pairs. ``ignore`` wins over ``positive``
+    nowhere: a pair may not be both (checked by :meth:`validate`)."""
+
+    positive: torch.Tensor
+    ignore: torch.Tensor
+
+    @classmethod
+    def dpr_layout(cls, num_questions: int, passages_per_question: int, offset: int = 0,
+                   num_candidates: int | None = None, device: torch.device | str | None = None) -> "PairMasks":
+        """DPR's layout: question ``i``'s positive is candidate ``offset + i * per_q``; nothing ignored."""
+        n = num_candidates if num_candidates is not None else offset + num_questions * passages_per_question
+        pos = torch.zeros(num_questions, n, dtype=torch.bool, device=device)
+        rows = torch.arange(num_questions, device=device)
+        pos[rows, offset + rows * passages_per_question] = True
+        return cls(pos, torch.zeros_like(pos))
+
+    def to(self, device: torch.device | str) -> "PairMasks":
+        return PairMasks(self.positive.to(device), self.ignore.to(device))
+
+    def validate(self, num_questions: int, num_candidates: int) -> None:
+        shape = (num_questions, num_candidates)
+        if tuple(self.positive.shape) != shape or tuple(self.ignore.shape) != shape:
+            raise ValueError(f"masks must be {shape} (questions x candidates), got positive "
+                             f"{tuple(self.positive.shape)} and ignore {tuple(self.ignore.shape)}")
+        if bool((self.positive & self.ignore).any()):
+            raise ValueError("a (question, candidate) pair is marked both positive and ignored")
+        if not bool(self.positive.any(dim=1).all()):
+            raise ValueError("every question needs at least one positive candidate")
+
+    def cat(self, other: "PairMasks") -> "PairMasks":
+        """Candidates of ``other`` appended after this pool's (columns)."""
+        return PairMasks(torch.cat([self.positive, other.positive], 1), torch.cat([self.ignore, other.ignore], 1))
+
+
+def gather_passages(p: torch.Tensor, gather: bool = True) -> torch.Tensor:
+    """The global candidate pool: every rank's ``p`` in rank order (gradients flow back to each slice)."""
+    if gather and distributed.is_distributed():
+        sizes = distributed.all_gather_sizes(p.shape[0], p)
+        return distributed.all_gather_with_grad(p, sizes)
+    return p
+
+
+@torch.no_grad()
+def rank_stats(scores: torch.Tensor, masks: PairMasks) -> tuple[float, float]:
+    """``(accuracy, avg_rank)``: negatives (not positive, not ignored) above each question's best positive."""
+    if scores.shape[0] == 0:
+        return 0.0, 0.0
+    neg_inf = torch.finfo(scores.dtype).min
+    best_pos = scores.masked_fill(~masks.positive, neg_inf).max(dim=1, keepdim=True).values
+    negatives = ~(masks.positive | masks.ignore)
+    ranks = ((scores > best_pos) & negatives).sum(dim=1).float()
+    return float((ranks == 0).float().mean()), float(ranks.mean())

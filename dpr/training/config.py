@@ -1,0 +1,104 @@
+"""The ``train`` config group: one dataclass is the schema *and* the one source of defaults.
+
+``conf/train/default.yaml`` only selects this schema (registered in Hydra's ConfigStore as
+``train/schema``), so the YAML and the dataclass cannot disagree, values are type-checked when Hydra
+composes the config (``train.lr=abc`` is an error naming the key), and calling :func:`train` from
+Python without Hydra gets the same defaults as the CLI. Presets (``conf/train/quick.yaml``, ``long.yaml``)
+override a few keys on top of it.
+
+Defaults are sized for the pipeline: squad1_open (7,983 training questions) with MiniLM on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Mapping
+
+from dpr.config import strict_from_dict
+
+
+@dataclass
+class TrainConfig:
+    """What one training run does. Unknown keys are an error (a typo must not silently train with defaults)."""
+
+    # --- batches: batch_size x world size questions per step = the in-batch pool (x (1 + H) passages)
+    batch_size: int = 32                 # questions per device per micro-batch
+    hard_negatives: int = 1              # H: BM25/mined negatives per question besides the in-batch ones
+    epochs: int = 1
+    max_steps: int = 100                 # > 0 overrides epochs (0: train.epochs full passes)
+    shuffle: bool = True
+    shuffle_positives: bool = False      # False: each question's first positive (DPR); True: one drawn per epoch
+    shuffle_hard_negatives: bool = True  # DPR shuffles the negatives per epoch, then takes the first H
+    dedup_positives: bool = True         # no two questions with the same positive passage in a batch
+    # --- false negatives (dpr/training/masks.py)
+    multi_positive: bool = False         # qrels: every judged-relevant passage in the pool is a positive
+    mask_answers: bool = True            # QA: passages containing the question's answer are not its negatives
+    # --- corpus negatives / frozen index (dpr/training/corpus_negatives.py)
+    frozen_steps: int = 0                # the first N steps train the question tower only, against the cached corpus
+    corpus_negatives: bool = False       # two-tower steps also score every question against the cached corpus
+    corpus_refresh_every: int = 0        # re-encode the cached corpus every N steps (0: at start and at validations)
+    corpus_max_passages: int = 200_000   # whole corpus as candidates up to this size, else FAISS top-k
+    corpus_topk: int = 200
+    # --- re-mining rounds (the pipeline: train, encode, mine with the trained model, train again)
+    rounds: int = 1
+    remine_negatives: int = 30           # mined negatives kept per question
+    remine_depth: int = 200              # how deep in the trained model's ranking to look
+    remine_skip_top: int = 0             # skip the top ranks (FlagEmbedding mines ranks 2-200)
+    remine_relative_margin: float = 0.05 # drop candidates scoring above (1 - margin) x the positive's score
+    remine_bm25_share: float = 0.5       # share of the new negative lists that stays BM25's
+    # --- optimisation
+    lr: float = 2.0e-5
+    weight_decay: float = 0.01
+    adam_betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    adam_eps: float = 1.0e-8
+    warmup_steps: int = 0                # > 0 wins over warmup_ratio
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 2.0           # DPR's clipping; <= 0: off
+    grad_accumulation_steps: int = 1     # averages gradients over micro-batches; adds NO negatives
+    grad_cache_chunk_size: int = 0       # > 0: gradient cache: the same batch and gradients in chunks
+    precision: str = "auto"              # auto | fp32 | bf16 | fp16 (fp16: CUDA only, with loss scaling)
+    deterministic: bool = False          # torch deterministic kernels on GPU (CPU runs are deterministic already)
+    cpu_threads: int = 0                 # > 0: torch threads for the run (0: torch's default)
+    # --- logging, checkpoints
+    log_every: int = 1
+    print_every: int = 50
+    save_every: int = 50                 # checkpoint every N steps and at the end (0: none; a killed run restarts)
+    keep_checkpoints: int = 1            # each MiniLM checkpoint is ~270 MB (weights + AdamW moments)
+    resume: Any = "auto"                 # auto | true | false | <checkpoint dir>
+    # --- validation on dev (dpr/training/validation.py)
+    validate: bool = True
+    validate_at_start: bool = False      # also validate the starting weights (step 0; they compete for best)
+    eval_every: int = 0                  # > 0: validate every N steps too (always: each epoch end and the last step)
+    val_batch_size: int = 64
+    val_max_questions: int = 0           # dev questions used (0: all)
+    val_hard_negatives: int = 30         # per dev question in DPR's average-rank pool
+    val_corpus_topk: bool = True         # top-k accuracy against the whole corpus
+    val_topk: List[int] = field(default_factory=lambda: [1, 5, 20])
+    val_corpus_max_passages: int = 500_000
+    best_metric: str = "avg_rank"        # picks the saved weights (*rank*/*loss*: lower is better)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+        tc = strict_from_dict(cls, d, "train")
+        for key in ("batch_size", "grad_accumulation_steps", "log_every", "print_every", "rounds"):
+            if int(getattr(tc, key)) < 1:
+                raise ValueError(f"train.{key} must be >= 1, got {getattr(tc, key)}")
+        for key in ("hard_negatives", "frozen_steps", "corpus_refresh_every", "remine_skip_top"):
+            if int(getattr(tc, key)) < 0:
+                raise ValueError(f"train.{key} must be >= 0, got {getattr(tc, key)}")
+        if tc.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ValueError(f"train.precision must be auto, fp32, bf16 or fp16; got {tc.precision!r}")
+        if tc.best_metric.startswith("top") and not tc.val_corpus_topk:
+            raise ValueError(f"train.best_metric={tc.best_metric} needs train.val_corpus_topk=true")
+        if not 0.0 <= tc.remine_bm25_share <= 1.0:
+            raise ValueError(f"train.remine_bm25_share must be in [0, 1], got {tc.remine_bm25_share}")
+        if tc.max_steps <= 0 and tc.epochs <= 0 and tc.frozen_steps <= 0:
+            raise ValueError("nothing to train: train.max_steps, train.epochs and train.frozen_steps are all 0")
+        return tc
+
+
+def register_schema() -> None:
+    """Register :class:`TrainConfig` as ``train/schema`` so conf/train/*.yaml can extend it."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(group="train", name="schema", node=TrainConfig)

@@ -1,0 +1,140 @@
+"""Whole-corpus negatives from fixed passage vectors (DPR's ``fix_ctx_encoder``; ADORE, Zhan et al. 2021).
+
+The corpus is encoded once with the passage tower and kept fixed (refreshed every ``refresh_every``
+optimizer steps, or whenever validation has just encoded it with the current weights). Each question is
+then scored against the whole corpus when it has at most ``max_corpus`` passages, or else against the
+union of the batch's questions' top-``topk`` passages from a FAISS inner-product index over the vectors.
+
+Two uses, one class:
+- *frozen-index steps* (question tower only): the candidates are the corpus rows alone, so a step needs no
+  passage forward or backward pass, and an index built before training stays valid after it (separate
+  towers);
+- *two-tower steps with corpus negatives*: the cached rows are appended to the in-batch pool (without
+  gradients); cached copies of passages that are in the batch are ignored (their fresh copy counts).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from dpr.losses import PairMasks
+from dpr.training.masks import CorpusAnswers, added_masks, pair_masks
+
+log = logging.getLogger(__name__)
+
+
+class Candidates(NamedTuple):
+    """Corpus candidates for a batch: their vectors and ids, masks ``[B, U]``, each question's target
+    column (frozen-index steps), and how many pairs are ignored only as copies of in-batch passages."""
+
+    vectors: torch.Tensor
+    ids: list[str]
+    masks: PairMasks
+    targets: list[int]
+    copies: int = 0
+
+
+class CorpusNegatives:
+    """Cached passage vectors of a corpus, and the candidates and masks they add to a batch."""
+
+    def __init__(self, ids: Sequence[str], texts: Sequence[str], titles: Sequence[str], *,
+                 max_corpus: int = 200_000, topk: int = 200, multi_positive: bool = False,
+                 mask_answers: bool = True) -> None:
+        self.ids, self.texts, self.titles = list(ids), list(texts), list(titles)
+        self.row = {pid: j for j, pid in enumerate(self.ids)}
+        self.max_corpus, self.topk = int(max_corpus), int(topk)
+        self.multi_positive, self.mask_answers = multi_positive, mask_answers
+        self.vectors: torch.Tensor | None = None
+        self.version = -1  # optimizer step the vectors were encoded at
+        self._answers: CorpusAnswers | None = None
+        self._answer_rows: dict[tuple, list[int]] = {}
+        self._index = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def whole_corpus(self) -> bool:
+        return len(self.ids) <= self.max_corpus
+
+    def set_vectors(self, vectors: torch.Tensor, step: int) -> None:
+        if vectors.shape[0] != len(self.ids):
+            raise ValueError(f"{vectors.shape[0]} vectors for a corpus of {len(self.ids)} passages")
+        self.vectors = vectors.detach().float().cpu().contiguous()
+        self.version = int(step)
+        self._index = None
+
+    @torch.no_grad()
+    def refresh(self, model, tokenizer, *, step: int, batch_size: int, max_length: int, autocast: str) -> None:
+        """Encode the corpus with the current passage tower."""
+        from dpr.models.inference import encode_texts
+
+        was_training = model.training
+        model.eval()
+        try:
+            log.info("encoding %d corpus passages for corpus negatives (step %d)", len(self.ids), step)
+            vecs = encode_texts(model, tokenizer, self.texts, tower="passage", batch_size=batch_size,
+                                max_length=max_length, autocast=autocast, titles=self.titles)
+        finally:
+            model.train(was_training)
+        self.set_vectors(vecs, step)
+
+    def answer_rows(self, answers: Sequence[str]) -> list[int]:
+        key = tuple(answers)
+        if key not in self._answer_rows:
+            if self._answers is None:
+                self._answers = CorpusAnswers(self.texts)
+            self._answer_rows[key] = self._answers.rows(answers)
+        return self._answer_rows[key]
+
+    def candidates(self, q: torch.Tensor) -> torch.Tensor:
+        """Corpus rows to score for these questions: all of them, or the union of their top-k."""
+        if self.whole_corpus:
+            return torch.arange(len(self.ids))
+        import faiss
+
+        if self._index is None:
+            self._index = faiss.IndexFlatIP(self.vectors.shape[1])
+            self._index.add(self.vectors.numpy())
+        _, idx = self._index.search(q.detach().float().cpu().numpy(), min(self.topk, len(self.ids)))
+        return torch.from_numpy(np.unique(idx[idx >= 0]))
+
+    def extra(self, q: torch.Tensor, questions: Sequence[dict], in_batch_ids: Sequence[str] = (),
+              ) -> Candidates:
+        """The corpus candidates of these questions (see :class:`Candidates`).
+
+        With ``in_batch_ids`` (two-tower steps) the questions' targets are in the batch: no column is a
+        target, cached copies of batch passages are ignored. Without (frozen-index steps) each question's
+        positives join the candidates if top-k missed them, and its target is ``question['target_id']``.
+        """
+        if self.vectors is None:
+            raise RuntimeError("corpus negatives used before the corpus was encoded")
+        rows = self.candidates(q)
+        if not self.whole_corpus:
+            need = {self.row[pid] for qu in questions for pid in qu["positive_ids"] if pid in self.row}
+            rows = torch.from_numpy(np.union1d(rows.numpy(), np.fromiter(need, dtype=np.int64)))
+        row_list = rows.tolist()
+        col = {r: c for c, r in enumerate(row_list)}
+        ids = [self.ids[r] for r in row_list]
+        answer_cols = None
+        if self.mask_answers:
+            answer_cols = [[col[r] for r in self.answer_rows(qu.get("answers") or []) if r in col] for qu in questions]
+        if in_batch_ids:
+            # two-tower step: targets are in the batch; cached copies of batch passages are ignored
+            batch_set = set(in_batch_ids)
+            skip = [c for c, pid in enumerate(ids) if pid in batch_set]
+            masks = added_masks(questions, ids, answer_cols, skip, self.multi_positive)
+            return Candidates(self.vectors[rows], ids, masks, [], len(skip) * len(questions))
+        targets = []
+        for qu in questions:
+            tid = qu["target_id"]
+            if tid not in self.row:
+                raise ValueError(f"positive passage {tid!r} is not in the corpus")
+            targets.append(col[self.row[tid]])
+        masks = pair_masks(questions, ids, None, targets, multi_positive=self.multi_positive,
+                           mask_answers=self.mask_answers, answer_rows=answer_cols)
+        return Candidates(self.vectors[rows], ids, masks, targets)

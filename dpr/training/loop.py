@@ -1,0 +1,237 @@
+"""The :class:`Trainer`: handed its model, loss, step, batches and validator; it owns the loop around them.
+
+One optimizer step = ``grad_accumulation_steps`` micro-batches; steps ``< frozen_steps`` are frozen-index
+steps (question tower only, against the cached corpus), the rest two-tower steps (plain or gradient
+cache), optionally with corpus negatives. Validation runs at each epoch end, every ``eval_every`` steps
+and at the last step (plus the start with ``validate_at_start``); the best weights by the validator's
+primary metric are what ``<output_dir>/`` finally holds. Checkpoints every ``save_every`` steps (weights,
+optimizer, scheduler, RNG states, data position and the cached corpus vectors) make a killed run
+resumable to the same weights an uninterrupted run ends with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from dpr import distributed as dist
+from dpr.training import checkpoint as ckpt
+from dpr.training.config import TrainConfig
+from dpr.training.corpus_negatives import CorpusNegatives
+from dpr.training.data import TrainBatches
+from dpr.training.metrics_log import MetricsLogger
+from dpr.training.optim import optimizer_step
+from dpr.training.steps import bind_loss, frozen_index_step
+from dpr.training.validation import Validator
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """Everything besides tensors that a checkpoint must carry (saved as state.json)."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best_value: float | None = None
+    best_step: int | None = None
+    best_metric: str | None = None
+    train_seconds: float = 0.0
+    last_train: dict = field(default_factory=dict)
+    last_validation: dict = field(default_factory=dict)
+    best_validation: dict = field(default_factory=dict)
+    initial_validation: dict = field(default_factory=dict)
+    fingerprint: str = ""
+
+
+@dataclass
+class Trainer:
+    """Runs the steps; what is trained how is decided by whoever builds it (:func:`dpr.training.trainer.train`)."""
+
+    model: torch.nn.Module                 # the BiEncoder
+    train_model: torch.nn.Module           # the same, or its DDP wrapper
+    tokenizer: Any
+    loss: Callable                         # a dpr.losses loss
+    step_fn: Callable                      # standard_step or a gradient-cache step (two-tower steps)
+    batches: TrainBatches
+    validator: Validator | None
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: Any
+    tc: TrainConfig
+    out: Path
+    total_steps: int
+    device: torch.device
+    autocast: Any = None
+    corpus: CorpusNegatives | None = None
+    logger: MetricsLogger | None = None
+    state: TrainState = field(default_factory=TrainState)
+    encode_autocast: str = "off"
+
+    @property
+    def main(self) -> bool:
+        return dist.is_main()
+
+    # ----------------------------------------------------------------- the loop
+    def fit(self) -> TrainState:
+        tc, st = self.tc, self.state
+        accum = tc.grad_accumulation_steps
+        world = dist.world_size()
+        pbar = tqdm(total=self.total_steps, initial=st.step, desc="train", unit="step", disable=not self.main,
+                    dynamic_ncols=True)
+        outputs: list = []
+        try:
+            if self.validator and tc.validate_at_start and st.step == 0:
+                # the starting weights compete for "best" too: training that hurts dev never wins
+                self.validate()
+                st.initial_validation = st.last_validation
+            self._ensure_corpus()
+            while st.step < self.total_steps:
+                frozen = st.step < tc.frozen_steps
+                num_batches = self.batches.num_batches(st.epoch)
+                it = self.batches.iter_epoch(st.epoch, start=st.batch_in_epoch, passages=not frozen)
+                while st.batch_in_epoch + accum <= num_batches and st.step < self.total_steps:
+                    if (st.step < tc.frozen_steps) != frozen:
+                        break  # the phase changed: re-open the epoch's iterator with (or without) passages
+                    started = time.perf_counter()
+                    outputs.clear()
+                    micro = []
+                    for _ in range(accum):
+                        batch = next(it)
+                        fn = bind_loss(self.loss, self.model.similarity, batch, corpus=self.corpus if (
+                            frozen or tc.corpus_negatives) else None, frozen=frozen, accum=accum,
+                            scaler=self.scaler, outputs=outputs)
+                        micro.append((batch.q_inputs, batch.p_inputs, fn))
+                    lr, grad_norm = optimizer_step(
+                        self.train_model, micro, step_fn=frozen_index_step if frozen else self.step_fn,
+                        autocast=self.autocast, optimizer=self.optimizer, scheduler=self.scheduler,
+                        scaler=self.scaler, max_grad_norm=tc.max_grad_norm, device=self.device)
+                    st.step += 1
+                    st.batch_in_epoch += accum
+                    epoch_done = st.batch_in_epoch + accum > num_batches
+                    if epoch_done:
+                        st.epoch, st.batch_in_epoch = st.epoch + 1, 0
+                    seconds = time.perf_counter() - started
+                    st.train_seconds += seconds
+                    self._log_step(outputs, lr, grad_norm, tc.batch_size * world * accum / seconds,
+                                   st.epoch + st.batch_in_epoch / max(1, num_batches), frozen, pbar)
+                    pbar.update(1)
+                    if self.validator and (epoch_done or st.step == self.total_steps
+                                           or (tc.eval_every and st.step % tc.eval_every == 0)):
+                        self.validate()
+                    if tc.corpus_refresh_every and st.step % tc.corpus_refresh_every == 0 and self._needs_corpus(st.step):
+                        self.refresh_corpus()
+                    if tc.save_every > 0 and (st.step % tc.save_every == 0 or st.step == self.total_steps):
+                        self.save_checkpoint()
+                    if epoch_done:
+                        break
+        finally:
+            pbar.close()
+        return st
+
+    # ----------------------------------------------------------------- pieces
+    def _needs_corpus(self, step: int) -> bool:
+        return self.corpus is not None and (step < self.tc.frozen_steps or self.tc.corpus_negatives)
+
+    def _ensure_corpus(self) -> None:
+        if self._needs_corpus(self.state.step) and self.corpus.vectors is None:
+            self.refresh_corpus()
+
+    def refresh_corpus(self) -> None:
+        mcfg = self.model.config
+        self.corpus.refresh(self.model, self.tokenizer, step=self.state.step, batch_size=self.tc.val_batch_size,
+                            max_length=mcfg.passage_max_length, autocast=self.encode_autocast)
+
+    def _passages_unchanged(self) -> bool:
+        """The cached corpus vectors are the current passage tower's: only frozen-index steps (separate
+        towers) ran since they were encoded, and the validator would encode the same corpus."""
+        c, st = self.corpus, self.state
+        return (c is not None and c.vectors is not None and not self.model.config.shared
+                and st.step <= self.tc.frozen_steps and self.validator.corpus is not None
+                and list(self.validator.corpus[0]) == c.ids)
+
+    def validate(self) -> None:
+        st = self.state
+        known = self.corpus.vectors if self._passages_unchanged() else None
+        metrics, corpus_vectors = self.validator(self.model, passage_vectors=known)
+        if self.corpus is not None and corpus_vectors is not None:
+            self.corpus.set_vectors(corpus_vectors, st.step)  # the current weights' corpus: reuse it
+        metrics["epoch"] = st.epoch
+        st.last_validation = metrics
+        if self.logger:
+            self.logger.log_validation(st.step, metrics)
+        log.info("validation at step %d: %s", st.step, fmt(metrics))
+        metric = self.validator.metric(metrics)
+        if self.validator.is_better(metric, metrics[metric], st.best_value):
+            st.best_value, st.best_step, st.best_metric, st.best_validation = (
+                float(metrics[metric]), st.step, metric, metrics)
+            if self.main:
+                ckpt.save_best(self.out, self.model, {"step": st.step, "metric": metric, "value": metrics[metric],
+                                                      "validation": metrics})
+
+    def save_checkpoint(self) -> None:
+        rngs = dist.all_gather_object(ckpt.rng_state())
+        if self.main:
+            extra = {}
+            if self.corpus is not None and self.corpus.vectors is not None:
+                extra = {"corpus_vectors": self.corpus.vectors,
+                         "corpus_version": torch.tensor([self.corpus.version])}
+            ckpt.save_checkpoint(self.out, self.state.step, self.model, self.optimizer, self.scheduler, self.scaler,
+                                 dataclasses.asdict(self.state), rngs, keep=self.tc.keep_checkpoints,
+                                 extra_tensors=extra)
+        dist.barrier()
+
+    def restore(self, resume_dir: Path) -> None:
+        saved, rngs = ckpt.load_checkpoint(resume_dir, self.model, self.optimizer, self.scheduler, self.scaler,
+                                           map_location=self.device)
+        names = {f.name for f in dataclasses.fields(TrainState)}
+        self.state = TrainState(**{k: v for k, v in saved.items() if k in names})
+        extra = ckpt.load_extra(resume_dir)
+        if self.corpus is not None and "corpus_vectors" in extra:
+            self.corpus.set_vectors(extra["corpus_vectors"], int(extra["corpus_version"][0]))
+        ckpt.set_rng_state(rngs[dist.rank() % len(rngs)])
+        st = self.state
+        log.info("resumed from %s (step %d, epoch %d, batch %d)", resume_dir, st.step, st.epoch, st.batch_in_epoch)
+
+    def _log_step(self, outputs: list, lr: float, grad_norm: float, examples_per_s: float, epoch: float,
+                  frozen: bool, pbar) -> None:
+        tc, st = self.tc, self.state
+        if not (st.step % tc.log_every == 0 or st.step == self.total_steps or st.step % tc.print_every == 0):
+            return
+        row = step_row(outputs, lr, grad_norm, examples_per_s, epoch)
+        row["frozen"] = frozen
+        st.last_train = row
+        if self.logger and (st.step % tc.log_every == 0 or st.step == self.total_steps):
+            self.logger.log_train(st.step, row)
+        if st.step % tc.print_every == 0:
+            log.info("step %d/%d: %s", st.step, self.total_steps, fmt(row))
+        pbar.set_postfix(loss=f"{row['loss']:.4f}", acc=f"{row['accuracy']:.2f}", lr=f"{lr:.2e}",
+                         ex_s=f"{row['examples_per_s']:.1f}", refresh=False)
+
+
+def step_row(outputs: list, lr: float, grad_norm: float, examples_per_s: float, epoch: float) -> dict:
+    """One metrics.jsonl row: the step's micro-batch losses and in-batch ranks, averaged over ranks."""
+    return {
+        "loss": dist.reduce_mean(torch.stack([o.loss.detach() for o in outputs]).mean()),
+        "accuracy": dist.reduce_mean(float(np.mean([o.accuracy for o in outputs]))),
+        "avg_rank": dist.reduce_mean(float(np.mean([o.avg_rank for o in outputs]))),
+        "lr": lr,
+        "grad_norm": grad_norm,
+        "examples_per_s": examples_per_s,
+        "epoch": epoch,
+        "negatives": outputs[0].num_candidates - 1,  # candidates besides the positive, across ranks
+        "masked": dist.reduce_mean(float(np.mean([o.masked for o in outputs]))),  # false-negative pairs removed
+    }
+
+
+def fmt(metrics: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
