@@ -156,3 +156,30 @@ def test_build_loss_from_config():
     assert isinstance(h, HingeLoss) and h.margin == 0.5
     with pytest.raises(ValueError, match="HingeLoss"):
         build_loss({"_target_": "dpr.losses.HingeLoss", "margni": 0.5})
+
+
+def test_lexical_distill_matches_hand_computation():
+    from dpr.losses import LexicalDistillLoss
+
+    scores = hand_scores()
+    teacher = [[3.0, 1.0, 0.0, 2.0], [0.5, 0.0, 4.0, 1.0]]
+    m = masks([[0], [2]], [[1], []])
+    m.teacher = torch.tensor(teacher)
+    alpha, tau = 0.7, 2.0
+
+    def kl(t_row, s_row, ign):
+        keep = [j for j in range(4) if j not in ign]
+        zt = sum(math.exp(t_row[j] / tau) for j in keep)
+        zs = sum(math.exp(s_row[j]) for j in keep)
+        return sum(math.exp(t_row[j] / tau) / zt * (t_row[j] / tau - math.log(zt) - (s_row[j] - math.log(zs)))
+                   for j in keep)
+
+    expected = ((hand_nll(scores[0], {0}, {1}) + alpha * kl(teacher[0], scores[0], {1}))
+                + (hand_nll(scores[1], {2}) + alpha * kl(teacher[1], scores[1], set()))) / 2
+    out = LexicalDistillLoss(alpha, tau)(torch.tensor(Q), torch.tensor(P), m, dot)
+    assert out.loss.item() == pytest.approx(expected, rel=1e-6)
+    # alpha = 0 is the softmax NLL
+    plain = SoftmaxNLLLoss()(torch.tensor(Q), torch.tensor(P), m, dot).loss.item()
+    assert LexicalDistillLoss(0.0)(torch.tensor(Q), torch.tensor(P), m, dot).loss.item() == pytest.approx(plain)
+    with pytest.raises(ValueError, match="teacher"):
+        LexicalDistillLoss()(torch.tensor(Q), torch.tensor(P), masks([[0], [2]]), dot)

@@ -78,3 +78,25 @@ def test_sweep_subdir_names_the_swept_keys_in_one_safe_path_component():
     assert sweep_subdir(3, "model.name=/tmp/x y/bert", ["dpr-train"]) == "3_model.name=_tmp_x_y_bert"
     assert sweep_subdir(0, "", ["dpr-train"]) == "0"
     assert len(sweep_subdir(12, "a=" + "b" * 500, ["dpr-train"])) <= 3 + 120
+
+
+def test_sweep_over_two_losses_writes_two_runs_and_one_summary(tiny_model_dir, tiny_data_dir, tmp_path):
+    conf = tmp_path / "conf"
+    (conf / "data").mkdir(parents=True)
+    (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
+    sweep = tmp_path / "sweep"
+    cmd = [*_dpr_train(), "-m", "--config-dir", str(conf), "data=tiny", f"data_dir={tiny_data_dir}",
+           f"output_dir={sweep}", "model=tiny", f"model.name={tiny_model_dir}", "train.max_steps=2",
+           "train.batch_size=4", "train.val_batch_size=8", "train.save_every=0", "loss=softmax_nll,hinge"]
+    env = dict(os.environ, WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = sorted(p.parent for p in sweep.glob("*/train_summary.json"))
+    assert [r.name for r in runs] == ["0_loss=softmax_nll", "1_loss=hinge"]
+    targets = [json.loads((r / "train_summary.json").read_text())["config"]["loss"]["_target_"] for r in runs]
+    assert targets == ["dpr.losses.SoftmaxNLLLoss", "dpr.losses.HingeLoss"]
+    summary = json.loads((sweep / "sweep_summary.json").read_text())
+    assert summary["num_runs"] == 2 and [r["overrides"]["loss"] for r in summary["runs"]] == ["softmax_nll", "hinge"]
+    losses = [r["metrics"]["loss"] for r in summary["runs"]]
+    assert losses[0] != losses[1]

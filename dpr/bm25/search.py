@@ -18,15 +18,14 @@ def _resolve_threads(n_threads: int) -> int:
     return (os.cpu_count() or 1) if n_threads < 0 else n_threads
 
 
-def _score_batch(index: BM25Index, token_ids: Sequence[Sequence[int]], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Scores of a batch of tokenized queries against every passage, and their top k.
+def score_matrix(index: BM25Index, token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+    """BM25 scores ``[queries, passages]`` (float32) of tokenized queries against every passage.
 
     bm25s keeps the BM25 weight of every (term, passage) pair in a CSC matrix (a posting list per
     term). Rather than bm25s' per-query loop with ``np.add.at``, the posting lists of all
-    (query, term) pairs of the batch are gathered at once and summed with one ``np.bincount`` into a
-    ``[batch, passages]`` matrix, and the top k is one ``argpartition`` over it. The scores are
-    bm25s' own (same weights; the sum is taken in float64 and rounded to float32, so it can differ from
-    bm25s' float32 sum in the last bit; a query term given twice counts twice, as in bm25s).
+    (query, term) pairs of the batch are gathered at once and summed with one ``np.bincount``. The
+    scores are bm25s' own (same weights; the sum is taken in float64 and rounded to float32, so it can
+    differ from bm25s' float32 sum in the last bit; a query term given twice counts twice, as in bm25s).
     """
     sc = index.retriever.scores
     data, indices, indptr = sc["data"], sc["indices"], sc["indptr"]
@@ -42,7 +41,19 @@ def _score_batch(index: BM25Index, token_ids: Sequence[Sequence[int]], k: int) -
     postings = np.repeat(starts, lengths) + offsets
     flat = np.repeat(q_of, lengths) * n_docs + indices[postings]
     scores = np.bincount(flat, weights=data[postings], minlength=batch * n_docs)
-    scores = scores.reshape(batch, n_docs).astype(np.float32)
+    return scores.reshape(batch, n_docs).astype(np.float32)
+
+
+def score_texts(index: BM25Index, queries: Sequence[str]) -> np.ndarray:
+    """BM25 scores ``[queries, passages]`` of query strings against every passage (index row order)."""
+    return score_matrix(index, _query_token_ids(index, queries))
+
+
+def _score_batch(index: BM25Index, token_ids: Sequence[Sequence[int]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scores of a batch of tokenized queries against every passage (:func:`score_matrix`) and their
+    top k: one ``argpartition`` over the ``[batch, passages]`` matrix."""
+    scores = score_matrix(index, token_ids)
+    batch, n_docs = scores.shape
     if k < n_docs:
         # partition the negated scores at k-1: with most passages at 0 (no shared term), selecting
         # from the bottom is ~10x faster in numpy's introselect than selecting the top n-k

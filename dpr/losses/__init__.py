@@ -10,9 +10,10 @@ from typing import Any, Mapping
 
 from dpr.losses.base import LossOutput, PairMasks, gather_passages, rank_stats
 from dpr.losses.hinge import HingeLoss
+from dpr.losses.lexical_distill import LexicalDistillLoss
 from dpr.losses.softmax_nll import SoftmaxNLLLoss, masked_softmax_nll
 
-__all__ = ["LossOutput", "PairMasks", "SoftmaxNLLLoss", "HingeLoss", "build_loss", "gather_passages",
+__all__ = ["LossOutput", "PairMasks", "SoftmaxNLLLoss", "HingeLoss", "LexicalDistillLoss", "build_loss", "gather_passages",
            "masked_softmax_nll", "rank_stats"]
 
 

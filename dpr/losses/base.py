@@ -45,11 +45,13 @@ class LossOutput:
 
 @dataclass
 class PairMasks:
-    """Boolean ``[B, N]`` masks over (question, candidate) pairs. ``ignore`` wins over ``positive``
-    nowhere: a pair may not be both (checked by :meth:`validate`)."""
+    """Boolean ``[B, N]`` masks over (question, candidate) pairs (a pair may not be both positive and
+    ignored: :meth:`validate`), and optionally a teacher's ``[B, N]`` scores of the same pairs (for
+    distillation losses, e.g. BM25's as a lexical teacher)."""
 
     positive: torch.Tensor
     ignore: torch.Tensor
+    teacher: torch.Tensor | None = None
 
     @classmethod
     def dpr_layout(cls, num_questions: int, passages_per_question: int, offset: int = 0,
@@ -62,7 +64,8 @@ class PairMasks:
         return cls(pos, torch.zeros_like(pos))
 
     def to(self, device: torch.device | str) -> "PairMasks":
-        return PairMasks(self.positive.to(device), self.ignore.to(device))
+        teacher = self.teacher.to(device) if self.teacher is not None else None
+        return PairMasks(self.positive.to(device), self.ignore.to(device), teacher)
 
     def validate(self, num_questions: int, num_candidates: int) -> None:
         shape = (num_questions, num_candidates)
@@ -76,7 +79,11 @@ class PairMasks:
 
     def cat(self, other: "PairMasks") -> "PairMasks":
         """Candidates of ``other`` appended after this pool's (columns)."""
-        return PairMasks(torch.cat([self.positive, other.positive], 1), torch.cat([self.ignore, other.ignore], 1))
+        teacher = None
+        if self.teacher is not None and other.teacher is not None:
+            teacher = torch.cat([self.teacher, other.teacher], 1)
+        return PairMasks(torch.cat([self.positive, other.positive], 1), torch.cat([self.ignore, other.ignore], 1),
+                         teacher)
 
 
 def gather_passages(p: torch.Tensor, gather: bool = True) -> torch.Tensor:

@@ -43,11 +43,12 @@ class CorpusNegatives:
 
     def __init__(self, ids: Sequence[str], texts: Sequence[str], titles: Sequence[str], *,
                  max_corpus: int = 200_000, topk: int = 200, multi_positive: bool = False,
-                 mask_answers: bool = True) -> None:
+                 mask_answers: bool = True, teacher=None) -> None:
         self.ids, self.texts, self.titles = list(ids), list(texts), list(titles)
         self.row = {pid: j for j, pid in enumerate(self.ids)}
         self.max_corpus, self.topk = int(max_corpus), int(topk)
         self.multi_positive, self.mask_answers = multi_positive, mask_answers
+        self.teacher = teacher  # fills masks.teacher for distillation losses
         self.vectors: torch.Tensor | None = None
         self.version = -1  # optimizer step the vectors were encoded at
         self._answers: CorpusAnswers | None = None
@@ -128,6 +129,7 @@ class CorpusNegatives:
             batch_set = set(in_batch_ids)
             skip = [c for c, pid in enumerate(ids) if pid in batch_set]
             masks = added_masks(questions, ids, answer_cols, skip, self.multi_positive)
+            self._add_teacher(masks, questions, ids)
             return Candidates(self.vectors[rows], ids, masks, [], len(skip) * len(questions))
         targets = []
         for qu in questions:
@@ -137,4 +139,9 @@ class CorpusNegatives:
             targets.append(col[self.row[tid]])
         masks = pair_masks(questions, ids, None, targets, multi_positive=self.multi_positive,
                            mask_answers=self.mask_answers, answer_rows=answer_cols)
+        self._add_teacher(masks, questions, ids)
         return Candidates(self.vectors[rows], ids, masks, targets)
+
+    def _add_teacher(self, masks: PairMasks, questions: Sequence[dict], ids: Sequence[str]) -> None:
+        if self.teacher is not None:
+            masks.teacher = self.teacher.scores([qu["question"] for qu in questions], ids)

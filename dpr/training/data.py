@@ -51,7 +51,7 @@ class TrainItem(NamedTuple):
 
     def as_question(self) -> dict:
         """What the masks need to know of the question."""
-        return {"positive_ids": self.positive_ids, "answers": list(self.answers),
+        return {"question": self.question, "positive_ids": self.positive_ids, "answers": list(self.answers),
                 "target_id": self.passages[0]["passage_id"]}
 
 
@@ -260,8 +260,10 @@ class TrainBatches:
         dedup_positives: bool = True,
         multi_positive: bool = False,
         mask_answers: bool = True,
+        teacher=None,
     ) -> None:
         self.examples = examples
+        self.teacher = teacher  # e.g. dpr.training.teacher.BM25Teacher: fills masks.teacher
         self.multi_positive, self.mask_answers = multi_positive, mask_answers
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -302,11 +304,15 @@ class TrainBatches:
         ctxs = [c for it in global_items for c in it.passages]
         per_q = 1 + self.hard_negatives
         local = global_items[first:first + per]
-        return pair_masks(
-            [it.as_question() for it in local], [c["passage_id"] for c in ctxs], [c["text"] for c in ctxs],
+        ids = [c["passage_id"] for c in ctxs]
+        masks = pair_masks(
+            [it.as_question() for it in local], ids, [c["text"] for c in ctxs],
             [(first + i) * per_q for i in range(len(local))],
             multi_positive=self.multi_positive, mask_answers=self.mask_answers,
         )
+        if self.teacher is not None:
+            masks.teacher = self.teacher.scores([it.question for it in local], ids)
+        return masks
 
     def iter_epoch(self, epoch: int, start: int = 0, passages: bool = True) -> Iterator[Batch]:
         """This rank's batches from ``start``; ``passages=False`` (frozen-index steps) skips their tokens."""

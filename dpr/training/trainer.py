@@ -35,6 +35,7 @@ from dpr.training.grad_cache import make_step
 from dpr.training.loop import Trainer, TrainState
 from dpr.training.metrics_log import MetricsLogger
 from dpr.training.optim import build_optimizer, linear_schedule, resolve_warmup
+from dpr.training.teacher import BM25Teacher
 from dpr.training.validation import Validator, load_corpus
 
 log = logging.getLogger(__name__)
@@ -123,13 +124,18 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
     precision = resolve_precision(tc.precision, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     loss = build_loss(conf.get("loss"))
+    teacher = None
+    if getattr(loss, "teacher", None) == "bm25":
+        teacher = BM25Teacher.for_dataset(paths.passages, paths.root / "bm25_index")
+    elif getattr(loss, "teacher", None) is not None:
+        raise ValueError(f"loss {type(loss).__name__} wants a {loss.teacher!r} teacher; only bm25 is available")
 
     batches = TrainBatches(
         train_examples, tokenizer, batch_size=tc.batch_size, hard_negatives=tc.hard_negatives,
         question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
         seed=seed, rank=rank, world_size=world, shuffle=tc.shuffle, shuffle_positives=tc.shuffle_positives,
         shuffle_hard_negatives=tc.shuffle_hard_negatives, dedup_positives=tc.dedup_positives,
-        multi_positive=tc.multi_positive, mask_answers=tc.mask_answers and kind == "qa",
+        multi_positive=tc.multi_positive, mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
     )
     accum = tc.grad_accumulation_steps
     total = _total_steps(batches, tc)
@@ -151,7 +157,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
             raise FileNotFoundError(f"{paths.passages}: corpus negatives / frozen-index steps need the passages file")
     corpus = CorpusNegatives(*corpus_texts, max_corpus=tc.corpus_max_passages, topk=tc.corpus_topk,
                              multi_positive=tc.multi_positive, mask_answers=tc.mask_answers and kind == "qa",
-                             ) if needs_corpus else None
+                             teacher=teacher) if needs_corpus else None
     val_autocast = "off" if precision == "fp32" else precision
     validator = None
     if dev_examples:

@@ -1,0 +1,52 @@
+"""One source of training defaults: the composed `train` group is TrainConfig's, typed and strict."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from dpr.cli.common import CONF_DIR
+from dpr.training.config import TrainConfig, register_schema
+
+
+def _compose(*overrides: str):
+    register_schema()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("config_name", ["train", "pipeline"])
+def test_yaml_and_dataclass_cannot_disagree(config_name):
+    register_schema()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name=config_name)
+    composed = OmegaConf.to_container(cfg.train, resolve=True)
+    defaults = dataclasses.asdict(TrainConfig())
+    if config_name == "pipeline":
+        defaults["validate_at_start"] = True  # the pipeline's one override: the untrained dev figures
+    assert composed == defaults
+
+
+def test_values_are_type_checked_and_unknown_keys_refused():
+    with pytest.raises(Exception, match="train.lr"):
+        _compose("train.lr=abc")
+    with pytest.raises(Exception, match="lrr"):
+        _compose("train.lrr=1")
+    assert _compose("train.lr=3e-5").train.lr == pytest.approx(3e-5)
+
+
+def test_presets_override_a_few_keys():
+    quick = OmegaConf.to_container(_compose("train=quick").train)
+    assert quick["max_steps"] == 20 and quick["batch_size"] == 16
+    assert quick["lr"] == TrainConfig().lr
+
+
+@pytest.mark.parametrize("bad,match", [({"batch_size": 0}, "batch_size"), ({"rounds": 0}, "rounds"),
+                                       ({"max_steps": 0, "epochs": 0}, "nothing to train"),
+                                       ({"remine_bm25_share": 2.0}, "remine_bm25_share")])
+def test_degenerate_values_are_refused(bad, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig.from_dict(bad)
