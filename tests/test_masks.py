@@ -85,18 +85,31 @@ def test_frozen_index_over_exactly_the_batch_equals_the_in_batch_loss():
     assert frozen.num_candidates == in_batch.num_candidates == 4
 
 
-def test_corpus_negatives_ignore_cached_copies_and_answers():
+def test_corpus_candidates_target_the_cached_positive_and_ignore_answers():
     items = [TrainItem("q0", [ctx("p0", "alpha")], ("beta",), frozenset({"p0"})),
              TrainItem("q1", [ctx("p1", "gamma")], ("delta",), frozenset({"p1"}))]
     corpus = CorpusNegatives(["p0", "p1", "p2", "p3"], ["alpha", "gamma", "beta here", "other"], [""] * 4)
     corpus.set_vectors(torch.randn(4, 3), step=0)
-    vecs, ids, extra, _, copies = corpus.extra(torch.randn(2, 3), [it.as_question() for it in items], ["p0", "p1"])
-    assert ids == ["p0", "p1", "p2", "p3"] and vecs.shape == (4, 3) and copies == 4
-    assert not extra.positive.any()
-    # copies of the batch's passages ignored for both; p2 holds q0's answer
-    assert extra.ignore.tolist() == [[True, True, True, False], [True, True, False, False]]
-    full = _batch(items, 1).masks.cat(extra)
-    full.validate(2, 6)
+    vecs, ids, m, targets = corpus.extra(torch.randn(2, 3), [it.as_question() for it in items])
+    assert ids == ["p0", "p1", "p2", "p3"] and vecs.shape == (4, 3) and targets == [0, 1]
+    assert m.positive.tolist() == [[True, False, False, False], [False, True, False, False]]
+    assert m.ignore.tolist() == [[False, False, True, False], [False, False, False, False]]  # p2 holds q0's answer
+
+
+def test_two_tower_step_with_corpus_adds_a_corpus_term():
+    torch.manual_seed(0)
+    items = [TrainItem(f"q{i}", [ctx(f"p{i}", f"text {i}")], (), frozenset({f"p{i}"})) for i in range(3)]
+    qv, pv, cached = torch.randn(3, 8), torch.randn(3, 8), torch.randn(5, 8)
+    batch = _batch(items, 1)
+    corpus = CorpusNegatives([f"p{i}" for i in range(5)], [f"text {i}" for i in range(5)], [""] * 5)
+    corpus.set_vectors(cached, step=0)
+    out: list = []
+    both = bind_loss(SoftmaxNLLLoss(), _sim, batch, corpus=corpus, frozen=False, accum=1, scaler=_NoScale(),
+                     outputs=out)(qv, pv)
+    in_batch = SoftmaxNLLLoss()(qv, pv, batch.masks, _sim)
+    whole = SoftmaxNLLLoss()(qv, cached, PairMasks.dpr_layout(3, 1, num_candidates=5), _sim)
+    torch.testing.assert_close(both.loss, in_batch.loss + whole.loss)
+    assert both.num_candidates == 8
 
 
 def test_topk_candidates_always_hold_the_positives():
@@ -106,7 +119,7 @@ def test_topk_candidates_always_hold_the_positives():
                              max_corpus=10, topk=5, mask_answers=False)
     corpus.set_vectors(torch.nn.functional.normalize(torch.randn(n, 4), dim=1), step=0)
     qv = torch.randn(2, 4)
-    vecs, ids, m, targets, _ = corpus.extra(qv, [q({"p7"}), q({"p33"})])
+    vecs, ids, m, targets = corpus.extra(qv, [q({"p7"}), q({"p33"})])
     assert "p7" in ids and "p33" in ids and len(ids) <= 12
     assert [ids[t] for t in targets] == ["p7", "p33"]
     m.validate(2, len(ids))

@@ -9,8 +9,8 @@ Two uses, one class:
 - *frozen-index steps* (question tower only): the candidates are the corpus rows alone, so a step needs no
   passage forward or backward pass, and an index built before training stays valid after it (separate
   towers);
-- *two-tower steps with corpus negatives*: the cached rows are appended to the in-batch pool (without
-  gradients); cached copies of passages that are in the batch are ignored (their fresh copy counts).
+- *two-tower steps with corpus negatives*: a second loss term against the cached corpus alone (its
+  targets the cached copies of the positives), beside the in-batch term (see dpr.training.steps).
 """
 
 from __future__ import annotations
@@ -22,20 +22,18 @@ import numpy as np
 import torch
 
 from dpr.losses import PairMasks
-from dpr.training.masks import CorpusAnswers, added_masks, pair_masks
+from dpr.training.masks import CorpusAnswers, pair_masks
 
 log = logging.getLogger(__name__)
 
 
 class Candidates(NamedTuple):
-    """Corpus candidates for a batch: their vectors and ids, masks ``[B, U]``, each question's target
-    column (frozen-index steps), and how many pairs are ignored only as copies of in-batch passages."""
+    """Corpus candidates for a batch: their vectors and ids, masks ``[B, U]``, each question's target column."""
 
     vectors: torch.Tensor
     ids: list[str]
     masks: PairMasks
     targets: list[int]
-    copies: int = 0
 
 
 class CorpusNegatives:
@@ -104,14 +102,9 @@ class CorpusNegatives:
         _, idx = self._index.search(q.detach().float().cpu().numpy(), min(self.topk, len(self.ids)))
         return torch.from_numpy(np.unique(idx[idx >= 0]))
 
-    def extra(self, q: torch.Tensor, questions: Sequence[dict], in_batch_ids: Sequence[str] = (),
-              ) -> Candidates:
-        """The corpus candidates of these questions (see :class:`Candidates`).
-
-        With ``in_batch_ids`` (two-tower steps) the questions' targets are in the batch: no column is a
-        target, cached copies of batch passages are ignored. Without (frozen-index steps) each question's
-        positives join the candidates if top-k missed them, and its target is ``question['target_id']``.
-        """
+    def extra(self, q: torch.Tensor, questions: Sequence[dict]) -> Candidates:
+        """The corpus candidates of these questions (see :class:`Candidates`): each question's positives
+        join them if top-k missed them, and its target is ``question['target_id']``."""
         if self.vectors is None:
             raise RuntimeError("corpus negatives used before the corpus was encoded")
         rows = self.candidates(q)
@@ -124,13 +117,6 @@ class CorpusNegatives:
         answer_cols = None
         if self.mask_answers:
             answer_cols = [[col[r] for r in self.answer_rows(qu.get("answers") or []) if r in col] for qu in questions]
-        if in_batch_ids:
-            # two-tower step: targets are in the batch; cached copies of batch passages are ignored
-            batch_set = set(in_batch_ids)
-            skip = [c for c, pid in enumerate(ids) if pid in batch_set]
-            masks = added_masks(questions, ids, answer_cols, skip, self.multi_positive)
-            self._add_teacher(masks, questions, ids)
-            return Candidates(self.vectors[rows], ids, masks, [], len(skip) * len(questions))
         targets = []
         for qu in questions:
             tid = qu["target_id"]

@@ -34,15 +34,13 @@ def pair_masks(
     multi_positive: bool = False,
     mask_answers: bool = True,
     answer_rows: Sequence[Iterable[int]] | None = None,
-    ignore_columns: Iterable[int] = (),
 ) -> PairMasks:
     """Masks for ``questions`` (dicts with ``positive_ids`` and ``answers``) over the candidates.
 
     ``targets[i]`` is the column of question ``i``'s own positive. Other copies of that passage are
     ignored (one passage, one vote); its other judged positives are positives (``multi_positive``) or
     ignored. ``answer_rows`` gives the answer-bearing columns directly (:class:`CorpusAnswers`);
-    otherwise ``candidate_texts`` are checked with has_answer. ``ignore_columns`` are ignored for every
-    question unless positive (e.g. cached copies of passages that are in the batch with gradients).
+    otherwise ``candidate_texts`` are checked with has_answer.
     """
     n = len(candidate_ids)
     positive = torch.zeros(len(questions), n, dtype=torch.bool)
@@ -50,17 +48,14 @@ def pair_masks(
     by_id: dict[str, list[int]] = {}
     for j, pid in enumerate(candidate_ids):
         by_id.setdefault(pid, []).append(j)
-    skip = sorted(set(ignore_columns))
     for i, q in enumerate(questions):
         target = int(targets[i])
         target_id = candidate_ids[target]
         if target_id not in q["positive_ids"]:
             raise ValueError(f"question {i}: target candidate {target_id!r} is not one of its positives")
-        if skip:
-            ignore[i, skip] = True
         for pid in q["positive_ids"]:
             for j in by_id.get(pid, ()):
-                is_pos = j == target or (multi_positive and pid != target_id and j not in skip)
+                is_pos = j == target or (multi_positive and pid != target_id)
                 positive[i, j] = is_pos
                 ignore[i, j] = not is_pos
         answers = q.get("answers") or []
@@ -70,35 +65,6 @@ def pair_masks(
             for j in cols:
                 if not positive[i, j]:
                     ignore[i, j] = True
-    return PairMasks(positive, ignore)
-
-
-def added_masks(questions: Sequence[dict], candidate_ids: Sequence[str], answer_cols: Sequence[Iterable[int]] | None,
-                skip: Iterable[int], multi_positive: bool) -> PairMasks:
-    """Masks of extra candidates appended to a pool that already holds every question's target.
-
-    ``skip`` columns (copies of passages already in the pool) are ignored; a question's other positives
-    are positives (``multi_positive``) or ignored; answer-bearing columns are ignored.
-    """
-    n = len(candidate_ids)
-    positive = torch.zeros(len(questions), n, dtype=torch.bool)
-    ignore = torch.zeros(len(questions), n, dtype=torch.bool)
-    by_id: dict[str, list[int]] = {}
-    for j, pid in enumerate(candidate_ids):
-        by_id.setdefault(pid, []).append(j)
-    skip = sorted(set(skip))
-    for i, q in enumerate(questions):
-        for pid in q["positive_ids"]:
-            for j in by_id.get(pid, ()):
-                positive[i, j] = multi_positive
-                ignore[i, j] = not multi_positive
-        if answer_cols is not None:
-            cols = list(answer_cols[i])
-            ignore[i, cols] = True
-        if skip:
-            positive[i, skip] = False
-            ignore[i, skip] = True
-        ignore[i] &= ~positive[i]
     return PairMasks(positive, ignore)
 
 

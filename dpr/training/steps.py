@@ -1,8 +1,8 @@
 """What one micro-batch's step scores: the loss bound to the batch's masks and negative sources.
 
 - a **two-tower step** (:func:`dpr.training.grad_cache.standard_step` or the gradient cache) encodes the
-  batch's questions and passages; the pool is every rank's passages (gathered with gradients), plus,
-  with corpus negatives, the cached corpus vectors (no gradients);
+  batch's questions and passages; the pool is every rank's passages (gathered with gradients); with
+  corpus negatives a second loss term scores the questions against the cached corpus (no gradients);
 - a **frozen-index step** (:func:`frozen_index_step`) encodes only the questions and scores them against
   the cached corpus (whole, or each batch's FAISS top-k): no passage forward or backward pass.
 
@@ -28,20 +28,20 @@ def bind_loss(loss, similarity, batch: Batch, *, corpus: CorpusNegatives | None,
     """``loss_fn(q, p)`` for one micro-batch; each call's raw output is appended to ``outputs``."""
 
     def loss_fn(q: torch.Tensor, p: torch.Tensor | None) -> LossOutput:
-        copies = 0
         if frozen:
             cands = corpus.extra(q, batch.questions)
-            pool, masks = cands.vectors.to(q.device), cands.masks
+            res = loss(q, cands.vectors.to(q.device), cands.masks, similarity, gather=False)
         else:
-            pool = gather_passages(p, gather=True)
-            masks = batch.masks
+            res = loss(q, gather_passages(p, gather=True), batch.masks, similarity, gather=False)
             if corpus is not None:
-                cands = corpus.extra(q, batch.questions, batch.pool_ids)
-                pool = torch.cat([pool, cands.vectors.to(pool.device, pool.dtype)])
-                masks, copies = masks.cat(cands.masks), cands.copies
-        res = loss(q, pool, masks, similarity, gather=False)
-        # logged "masked" = false negatives removed; cached copies of in-batch passages are not counted
-        res = dataclasses.replace(res, masked=res.masked - copies)
+                # A second term against the cached corpus, its targets the cached copies of the positives.
+                # Appending cached rows to the fresh in-batch pool instead lets the question tower learn
+                # "fresh = positive, cached = negative" (the passage tower drifts between refreshes),
+                # which hurt dev in the ablation; inside one term every candidate is equally stale.
+                cands = corpus.extra(q, batch.questions)
+                extra = loss(q, cands.vectors.to(q.device), cands.masks, similarity, gather=False)
+                res = dataclasses.replace(res, loss=res.loss + extra.loss, masked=res.masked + extra.masked,
+                                          num_candidates=res.num_candidates + extra.num_candidates)
         outputs.append(res)
         # accumulation averages micro-batch gradients; fp16 scales the loss (scaler is a no-op otherwise)
         return dataclasses.replace(res, loss=scaler.scale(res.loss / accum))
