@@ -68,11 +68,18 @@ def card_facts(run_dir: str | Path, report: str | Path | None = None) -> dict[st
     if rep is not None and (not isinstance(rep, dict) or rep.get("kind") not in ("qa", "qrels")):
         raise DataError(report_path, "not a dpr-eval report (expected kind 'qa' or 'qrels')", field="kind")
     conf = (summary or {}).get("config") or {}
+    hydra_cfg = run_dir / ".hydra" / "config.yaml"
+    if not conf and hydra_cfg.is_file():  # the composed config dpr-train saved, when the summary lacks it
+        conf = yaml.safe_load(hydra_cfg.read_text(encoding="utf-8")) or {}
     data = conf.get("data") or {}
     meta = None
     if data.get("name") and conf.get("data_dir"):
         meta_path = Path(conf["data_dir"]) / data["name"] / "meta.json"
         meta = _read_json(meta_path) if meta_path.is_file() else None
+        train_path = Path(conf["data_dir"]) / data["name"] / "train.json"
+        if not ((meta or {}).get("counts") or {}).get("questions") and train_path.is_file():
+            examples = _read_json(train_path)  # a dataset prepared elsewhere: count its training questions
+            meta = {**(meta or {}), "counts": {"questions": {"train": len(examples)}}}
     return {"config": config, "summary": summary, "report": rep, "report_path": report_path,
             "dataset": data.get("name") or (rep or {}).get("notes", {}).get("dataset"),
             "dataset_meta": meta, "train": conf.get("train") or {}, "loss": conf.get("loss"),
