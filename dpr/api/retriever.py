@@ -208,7 +208,7 @@ class HybridRetriever(Retriever):
         self.how: dict[str, Any] = ({"k_rrf": float(k_rrf)} if fusion == "rrf"
                                     else {"weight": float(weight), "normalize": normalize})
         self.depth = _check_k(depth)
-        self.store = dense.store or bm25.store
+        self.store = dense.store if dense.store is not None else bm25.store
 
     def search_ids(self, questions: Sequence[str], k: int = 10) -> list[Ranked]:
         from dpr.fusion import fuse_ranked

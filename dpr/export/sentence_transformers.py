@@ -54,8 +54,12 @@ def _tower_modules(tower_dir: Path, config: Any, projection: Any, shared: bool) 
 
 def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] | None = None) -> Any:
     """The `SentenceTransformer` equivalent of the run directory ``run_dir`` (in memory, CPU)."""
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Normalize, Router
+    try:
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.sentence_transformer.modules import Normalize, Router
+    except ImportError as err:
+        raise ImportError(f"the sentence-transformers export needs sentence-transformers>=6.2 "
+                          f"(pip install 'dpr[export]'): {err}") from None
 
     from dpr.models import is_biencoder_dir, load_biencoder
     from dpr.models.io import PASSAGE_DIR, QUESTION_DIR
