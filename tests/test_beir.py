@@ -61,6 +61,15 @@ def test_folder_with_its_own_splits(tmp_path):
     again = dpr_data(f"data.path={folder}", f"data_dir={tmp_path / 'prepared'}", cwd=tmp_path)
     assert again.returncode == 0 and "up to date" in again.stdout + again.stderr
 
+    # the later commands find the dataset by the same config (its name is the folder's)
+    bm25 = subprocess.run([str(BIN / "dpr-bm25"), "data=beir", f"data.path={folder}",
+                           f"data_dir={tmp_path / 'prepared'}", "split=test", f"output={tmp_path / 'bm25.trec'}"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert bm25.returncode == 0, bm25.stderr
+    from dpr.data.results import read_trec_run
+
+    assert sorted(read_trec_run(tmp_path / "bm25.trec")) == sorted(f"q{i}" for i in range(15, 20))
+
 
 def test_folder_without_dev_gets_a_seeded_dev_split(tmp_path):
     from dpr.data.prepare import prepare_dataset
