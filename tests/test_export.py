@@ -104,3 +104,9 @@ def test_bad_export_requests(tiny_model_dir, tmp_path):
     run_dir = make_run(tiny_model_dir, tmp_path / "run")
     proc = export_cli(run_dir, tmp_path / "onnx", "format=onnx")
     assert proc.returncode == 2 and "format must be" in proc.stderr
+    from dpr.errors import DataError
+    from dpr.export import export_sentence_transformers
+
+    with pytest.raises(DataError, match="would replace the run"):
+        export_sentence_transformers(run_dir, tmp_path)
+    assert (run_dir / "biencoder.json").is_file()

@@ -92,6 +92,9 @@ def export_sentence_transformers(run_dir: str | Path, output: str | Path, *,
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise DataError(output, "exists and is not a directory", field="output")
+    if Path(run_dir).resolve().is_relative_to(output.resolve()):
+        # the export replaces output as a whole: never over the run it is made from
+        raise DataError(output, f"would replace the run directory {run_dir} it exports", field="output")
     st = build_sentence_transformer(run_dir, prompts=prompts)
     with atomic_path(output) as tmp:
         st.save(str(tmp), create_model_card=False)
