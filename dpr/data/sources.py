@@ -21,7 +21,7 @@ from dpr.resources import default_cache_dir, registry_path
 
 log = logging.getLogger(__name__)
 
-# data/ sits at the repository root next to conf/ (the project is installed editable).
+# data/ sits at the repository root next to conf/; a wheel ships registry.yaml inside the package (dpr.resources).
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REGISTRY_PATH = registry_path()  # data/registry.yaml, or the copy a wheel ships
 DEFAULT_CACHE_DIR = default_cache_dir()  # <repo>/data/cache; ./data/cache for an installed wheel
