@@ -152,22 +152,30 @@ def _write(output: str | Path | None, fused: Results | Run, tag: str) -> None:
 
 # --------------------------------------------------------------------------------------------- fusion
 
-def _fuse(bm25: Source, dense: Source, k: int, normalize: str, score_fn) -> Results | Run:
+def fuse_ranked(bm25_ranked: Sequence[tuple[str, float]], dense_ranked: Sequence[tuple[str, float]], k: int, *,
+                weight: float | None = None, k_rrf: float | None = None,
+                normalize: str = "minmax") -> list[tuple[str, float]]:
+    """One question's fused top ``k`` as ``(passage id, score)``, best first: linear fusion with
+    ``weight``, or reciprocal rank fusion with ``k_rrf`` (exactly one of them). The one fusion rule
+    behind the file functions below and `dpr.api.HybridRetriever`."""
+    if (weight is None) == (k_rrf is None):
+        raise ValueError("give exactly one of weight (linear fusion) or k_rrf (reciprocal rank fusion)")
+    cand = _Candidates(bm25_ranked, dense_ranked, "none" if k_rrf is not None else normalize)
+    scores = cand.rrf(float(k_rrf)) if k_rrf is not None else cand.linear(float(weight))
+    return [(cand.ids[i], float(scores[i])) for i in cand.order(scores)[:k]]
+
+
+def _fuse(bm25: Source, dense: Source, k: int, **how: Any) -> Results | Run:
     b, d = _pair_inputs(bm25, dense)
     if _is_run(b):
-        fused_run: Run = {}
-        for qid in list(dict.fromkeys(list(d) + list(b))):
-            cand = _Candidates(_ranked_run(b.get(qid, {})), _ranked_run(d.get(qid, {})), normalize)
-            scores = score_fn(cand)
-            fused_run[qid] = {cand.ids[i]: float(scores[i]) for i in cand.order(scores)[:k]}
-        return fused_run
+        return {qid: dict(fuse_ranked(_ranked_run(b.get(qid, {})), _ranked_run(d.get(qid, {})), k, **how))
+                for qid in dict.fromkeys(list(d) + list(b))}
     fused: Results = []
     for br, dr in _aligned(b, d):
-        cand = _Candidates(_ranked_ctxs(br), _ranked_ctxs(dr), normalize)
-        scores = score_fn(cand)
         ctx_by_id = {str(c["id"]): c for c in br.get("ctxs", [])}
         ctx_by_id.update({str(c["id"]): c for c in dr.get("ctxs", [])})
-        ctxs = [{**ctx_by_id[cand.ids[i]], "score": float(scores[i])} for i in cand.order(scores)[:k]]
+        top = fuse_ranked(_ranked_ctxs(br), _ranked_ctxs(dr), k, **how)
+        ctxs = [{**ctx_by_id[pid], "score": score} for pid, score in top]
         fused.append({**{key: v for key, v in dr.items() if key != "ctxs"}, "ctxs": ctxs})
     return fused
 
@@ -175,7 +183,7 @@ def _fuse(bm25: Source, dense: Source, k: int, normalize: str, score_fn) -> Resu
 def fuse_linear(bm25: Source, dense: Source, weight: float, output: str | Path | None = None, *,
                 k: int = 100, normalize: str = "minmax") -> Results | Run:
     """``dense + weight · bm25`` per question, top ``k``; written to ``output`` when given."""
-    fused = _fuse(bm25, dense, k, normalize, lambda c: c.linear(float(weight)))
+    fused = _fuse(bm25, dense, k, weight=float(weight), normalize=normalize)
     _write(output, fused, f"hybrid_w{weight:g}")
     return fused
 
@@ -183,7 +191,7 @@ def fuse_linear(bm25: Source, dense: Source, weight: float, output: str | Path |
 def fuse_rrf(bm25: Source, dense: Source, output: str | Path | None = None, *, k: int = 100,
              k_rrf: float = 60) -> Results | Run:
     """Reciprocal rank fusion ``Σ 1/(k_rrf + rank)``, top ``k``; written to ``output`` when given."""
-    fused = _fuse(bm25, dense, k, "none", lambda c: c.rrf(float(k_rrf)))
+    fused = _fuse(bm25, dense, k, k_rrf=float(k_rrf))
     _write(output, fused, f"rrf{k_rrf:g}")
     return fused
 

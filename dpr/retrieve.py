@@ -1,7 +1,9 @@
-"""Dense retrieval (question tower → FAISS top-k → DPR results JSON or TREC run) and hybrid fusion glue.
+"""Retrieval to files for any `dpr.api.Retriever` (question files in, DPR results JSON or TREC runs out),
+dense retrieval with a FAISS index, and hybrid fusion of result files.
 
-Works with any model and corpus on its own: a run dir or HF name, a FAISS index from `dpr-index`
-(ids in ``<index>.ids``) and the passages TSV the index was encoded from.
+Dense works with any model and corpus on its own: a run dir or HF name, a FAISS index from `dpr-index`
+(ids in ``<index>.ids``) and the passages TSV the index was encoded from. BM25 (`dpr.bm25.retrieve`)
+goes through the same functions, so both write identical records.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from dpr.api.passages import fetch_passages
+from dpr.api.retriever import Retriever
 from dpr.errors import DataError
-from dpr.fusion import DEFAULT_GRID, fuse_linear, fuse_rrf, tune_linear_weight
+from dpr.fusion import DEFAULT_GRID, Run, fuse_linear, fuse_rrf, tune_linear_weight
 
 log = logging.getLogger(__name__)
 
-__all__ = ["dense_retrieve", "retrieve_split", "hybrid_retrieve", "read_questions", "fetch_passages",
-           "fuse_linear", "fuse_rrf", "tune_linear_weight"]
+__all__ = ["dense_retrieve", "retrieve_split", "retrieve_split_with", "retrieve_to_file", "hybrid_retrieve",
+           "read_questions", "read_split_queries", "fetch_passages", "fuse_linear", "fuse_rrf",
+           "tune_linear_weight"]
 
 
 def read_questions(path: str | Path) -> list[tuple[str, list[str]]]:
@@ -48,28 +53,6 @@ def read_split_queries(queries_path: str | Path, qrels_path: str | Path | None =
     return {qid: text for qid, text in queries.items() if qid in judged}
 
 
-def fetch_passages(passages_path: str | Path, ids: Sequence[str], cache_dir: str | Path | None = None) -> dict[str, dict]:
-    """``{id: {"title", "text"}}`` for the given ids, found with one vectorised scan of the Arrow id column
-    (no id → row dict over the whole corpus)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from dpr.data.passages import load_passages
-
-    wanted = sorted(set(ids))
-    if not wanted:
-        return {}
-    ds = load_passages(passages_path, cache_dir=cache_dir)
-    mask = pc.is_in(ds.data.column("id"), value_set=pa.array(wanted, type=pa.string()))
-    rows = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
-    found = {r["id"]: {"title": r["title"], "text": r["text"]} for r in ds.select(rows)}
-    if len(found) != len(wanted):
-        absent = [pid for pid in wanted if pid not in found]
-        raise DataError(passages_path, f"{len(absent)} retrieved passage ids are not in this passages file, "
-                        f"e.g. {absent[0]!r} (index built from another corpus?)", field="id")
-    return found
-
-
 def encode_questions(model_path: str | Path, questions: Sequence[str], batch_size: int = 64,
                      device: str | None = None, autocast: str | None = "auto",
                      max_length: int | None = None) -> tuple[np.ndarray, Any]:
@@ -87,14 +70,51 @@ def encode_questions(model_path: str | Path, questions: Sequence[str], batch_siz
     return vecs.numpy(), model.config
 
 
-def _check_index_matches(index_path: Path, meta: dict, config: Any, dim: int, index_dim: int) -> None:
-    if dim != index_dim:
-        raise DataError(index_path, f"the model's vectors have {dim} dims but the index has {index_dim}: "
-                        "index built with another model?", field="dim")
-    cosine = config.similarity == "cosine"
-    if "normalized" in meta and bool(meta["normalized"]) != cosine:
-        log.warning("%s holds %s passage vectors but the model uses %s similarity: scores will not match "
-                    "the model's", index_path, "normalised" if meta["normalized"] else "raw", config.similarity)
+def retrieve_to_file(retriever: Retriever, output: str | Path | None = None, k: int = 100, *,
+                     qa_path: str | Path | None = None, queries_path: str | Path | None = None,
+                     qrels_path: str | Path | None = None, match: str = "string") -> list[dict] | Run:
+    """Any retriever over a question file: ``qa_path`` (``.qa.tsv`` or retriever ``.json``) → DPR results
+    JSON with ``has_answer``; BEIR ``queries_path`` (the queries judged in ``qrels_path`` when given) →
+    a TREC run. Written to ``output`` when given; returned either way."""
+    from dpr.api import records
+    from dpr.data.results import write_results, write_trec_run
+
+    if (qa_path is None) == (queries_path is None):
+        raise ValueError("give exactly one of qa (question/answers file) or queries (BEIR queries.jsonl)")
+    if qa_path is not None:
+        if retriever.store is None:
+            raise ValueError("QA retrieval needs passages= (the passages.tsv the index was built from)")
+        results: list[dict] = []
+        stream = records.iter_qa_records(retriever, read_questions(qa_path), k=k, match=match)
+        if output is None:
+            return list(stream)
+        write_results(output, (results.append(r) or r for r in stream))
+        log.info("wrote %s results for %d questions to %s", retriever.name, len(results), output)
+        return results
+    queries = read_split_queries(queries_path, qrels_path)
+    run = records.trec_run(retriever, queries, k=k)
+    if output is not None:
+        write_trec_run(output, run, retriever.name)
+        log.info("wrote a %s run for %d queries to %s", retriever.name, len(run), output)
+    return run
+
+
+def split_questions(ds: Any, split: str) -> dict[str, Path]:
+    """The question file(s) of one split of a prepared dataset (`dpr.data.dataset.DatasetPaths`):
+    ``queries`` + ``qrels`` for qrels data, else ``qa`` (``<split>.qa.tsv``, else ``<split>.json``)."""
+    if ds.kind == "qrels":
+        return {"queries_path": Path(ds.queries), "qrels_path": Path(ds.qrels(split))}
+    qa = Path(ds.qa(split))
+    if not qa.is_file() and (Path(ds.root) / f"{split}.json").is_file():
+        qa = Path(ds.root) / f"{split}.json"  # a dataset with retriever JSON only for this split
+    return {"qa_path": qa}
+
+
+def retrieve_split_with(retriever: Retriever, ds: Any, split: str, output: str | Path, k: int = 100,
+                        match: str = "string") -> Path:
+    """One split of a prepared dataset through any retriever → results JSON or TREC run at ``output``."""
+    retrieve_to_file(retriever, output, k, match=match, **split_questions(ds, split))
+    return Path(output)
 
 
 def dense_retrieve(
@@ -107,71 +127,27 @@ def dense_retrieve(
     *,
     queries_path: str | Path | None = None,
     qrels_path: str | Path | None = None,
-    batch_size: int = 64,
-    search_batch_size: int = 1024,
-    device: str | None = None,
-    autocast: str | None = "auto",
-    index_device: str = "cpu",
-    nprobe: int | None = None,
-    ef_search: int | None = None,
     match: str = "string",
-    max_length: int | None = None,
     tag: str = "dense",
-    cache_dir: str | Path | None = None,
-) -> list[dict] | dict[str, dict[str, float]]:
-    """Retrieve the top ``k`` passages per question.
+    **options: Any,
+) -> list[dict] | Run:
+    """Retrieve the top ``k`` passages per question with `Retriever.dense` (``options``: its settings,
+    e.g. ``batch_size``, ``device``, ``autocast``, ``index_device``, ``nprobe``, ``max_length``).
 
     QA data (``qa_path``: ``.qa.tsv`` or retriever ``.json``): DPR results JSON with ``has_answer``
     per passage (``match``: "string" or "regex", `dpr.eval.has_answer`); needs ``passages_path``.
     BEIR data (``queries_path``, optionally ``qrels_path`` to keep that split's queries): a TREC run
     ``{qid: {docid: score}}``. Written to ``output`` when given; returned either way.
     """
-    from dpr.index import load_index, read_index_meta, search
-
     if (qa_path is None) == (queries_path is None):
         raise ValueError("give exactly one of qa (question/answers file) or queries (BEIR queries.jsonl)")
     if qa_path is not None and passages_path is None:
         raise ValueError("QA retrieval needs passages= (the passages.tsv the index was built from)")
-    if qa_path is not None:
-        pairs = read_questions(qa_path)
-        texts = [q for q, _ in pairs]
-    else:
-        queries = read_split_queries(queries_path, qrels_path)
-        texts = list(queries.values())
-    index_path = Path(index_path)
-    index, ids = load_index(index_path, device=index_device, nprobe=nprobe, ef_search=ef_search)
-    meta = read_index_meta(index_path)
-    log.info("retrieving top %d for %d questions from %s (%d passages)", k, len(texts), index_path, len(ids))
-    qvecs, config = encode_questions(model_path, texts, batch_size, device, autocast, max_length)
-    _check_index_matches(index_path, meta, config, qvecs.shape[1] if qvecs.ndim == 2 else 0, index.d)
-    hits, scores = search(index, ids, qvecs, k, batch_size=search_batch_size)
-
-    if qa_path is None:
-        run = {qid: {pid: float(s) for pid, s in zip(row, srow)} for qid, row, srow in zip(queries, hits, scores)}
-        if output is not None:
-            from dpr.data.results import write_trec_run
-
-            write_trec_run(output, run, tag)
-            log.info("wrote a TREC run for %d queries to %s", len(run), output)
-        return run
-
-    from dpr.eval.has_answer import has_answer
-
-    passages = fetch_passages(passages_path, [pid for row in hits for pid in row], cache_dir=cache_dir)
-    results = []
-    for (question, answers), row, srow in zip(pairs, hits, scores):
-        ctxs = []
-        for pid, score in zip(row, srow):
-            p = passages[pid]
-            ctxs.append({"id": pid, "title": p["title"], "text": p["text"], "score": float(score),
-                         "has_answer": has_answer(answers, p["text"], mode=match)})
-        results.append({"question": question, "answers": answers, "ctxs": ctxs})
-    if output is not None:
-        from dpr.data.results import write_results
-
-        write_results(output, results)
-        log.info("wrote results for %d questions to %s", len(results), output)
-    return results
+    retriever = Retriever.dense(model_path, index_path, passages_path if qa_path is not None else None, **options)
+    retriever.name = tag
+    log.info("retrieving top %d from %s (%d passages)", k, index_path, len(retriever.ids))
+    return retrieve_to_file(retriever, output, k, qa_path=qa_path, queries_path=queries_path,
+                            qrels_path=qrels_path, match=match)
 
 
 def retrieve_split(model_path: str | Path, index_path: str | Path, ds: Any, split: str, output: str | Path,
@@ -179,15 +155,10 @@ def retrieve_split(model_path: str | Path, index_path: str | Path, ds: Any, spli
     """Dense retrieval for one split of a prepared dataset (`dpr.data.dataset.DatasetPaths`), as
     `dpr.bm25.retrieve_split` does for BM25: ``<split>.qa.tsv`` (else ``<split>.json``) → results JSON,
     or the queries judged in ``qrels/<split>.tsv`` → TREC run."""
-    if ds.kind == "qrels":
-        dense_retrieve(model_path, index_path, output=output, k=k, queries_path=ds.queries,
-                       qrels_path=ds.qrels(split), batch_size=batch_size, **kwargs)
-    else:
-        qa = Path(ds.qa(split))
-        if not qa.is_file() and (Path(ds.root) / f"{split}.json").is_file():
-            qa = Path(ds.root) / f"{split}.json"  # a dataset with retriever JSON only for this split
-        dense_retrieve(model_path, index_path, ds.passages, qa, output, k=k, batch_size=batch_size, **kwargs)
-    return Path(output)
+    match = kwargs.pop("match", "string")
+    passages = None if ds.kind == "qrels" else ds.passages
+    retriever = Retriever.dense(model_path, index_path, passages, batch_size=batch_size, **kwargs)
+    return retrieve_split_with(retriever, ds, split, output, k=k, match=match)
 
 
 def hybrid_retrieve(

@@ -10,8 +10,7 @@ from typing import Callable
 
 from dpr.errors import DataError
 
-# conf/ sits at the repository root (the project is installed editable, `pip install -e .`).
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+from dpr.resources import CONF_DIR  # noqa: E402  conf/ of the source tree, or the copy a wheel ships
 
 log = logging.getLogger("dpr")
 

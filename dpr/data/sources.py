@@ -17,13 +17,14 @@ from tqdm.auto import tqdm
 
 from dpr.atomic import atomic_path, sha256_file
 from dpr.errors import DataError
+from dpr.resources import default_cache_dir, registry_path
 
 log = logging.getLogger(__name__)
 
-# data/ sits at the repository root next to conf/ (the project is installed editable).
+# data/ sits at the repository root next to conf/; a wheel ships registry.yaml inside the package (dpr.resources).
 REPO_ROOT = Path(__file__).resolve().parents[2]
-REGISTRY_PATH = REPO_ROOT / "data" / "registry.yaml"
-DEFAULT_CACHE_DIR = REPO_ROOT / "data" / "cache"
+REGISTRY_PATH = registry_path()  # data/registry.yaml, or the copy a wheel ships
+DEFAULT_CACHE_DIR = default_cache_dir()  # <repo>/data/cache; ./data/cache for an installed wheel
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from dpr.atomic import atomic_path, sha256_file, write_json_atomic
 from dpr.data.dataset import DatasetPaths
-from dpr.data.prepare import nfcorpus, nq_open_dev, sciq_open, squad1_open
+from dpr.data.prepare import beir, nfcorpus, nq_open_dev, sciq_open, squad1_open
 from dpr.data.prepare.common import plain_config
 from dpr.data.sources import DEFAULT_CACHE_DIR, default_mirror_dir, fetch, load_registry
 from dpr.errors import DataError
@@ -27,6 +27,7 @@ RECIPES: dict[str, ModuleType] = {
     "sciq_open": sciq_open,
     "nfcorpus": nfcorpus,
     "nq_open_dev": nq_open_dev,
+    "beir": beir,
 }
 
 
@@ -37,14 +38,17 @@ def _recipe_config(cfg: dict, recipe: ModuleType) -> dict:
     return {k: cfg[k] if k in cfg else default for k, default in recipe.DEFAULTS.items()}
 
 
-def _fingerprint(name: str, recipe_name: str, recipe: ModuleType, rcfg: dict, registry: dict) -> dict:
+def _fingerprint(name: str, recipe_name: str, recipe: ModuleType, rcfg: dict, registry: dict,
+                 local: dict[str, Path] | None = None) -> dict:
+    sources = {registry[s].path: registry[s].sha256 for s in recipe.SOURCES.values()}
+    sources.update({str(f.resolve()): sha256_file(f) for f in (local or {}).values()})
     return {
         "name": name,
         "kind": recipe.KIND,
         "recipe": recipe_name,
         "recipe_version": recipe.VERSION,
         "config": rcfg,
-        "sources": {registry[s].path: registry[s].sha256 for s in recipe.SOURCES.values()},
+        "sources": sources,
     }
 
 
@@ -101,7 +105,9 @@ def prepare_dataset(
         raise DataError("data config", f"recipe {recipe_name!r} makes {recipe.KIND!r} data, config says {cfg['kind']!r}", field="kind")
     registry = load_registry()
     rcfg = _recipe_config(cfg, recipe)
-    fingerprint = _fingerprint(name, recipe_name, recipe, rcfg, registry)
+    # a recipe over the user's own files (beir) names them itself; registry recipes fetch theirs below
+    local = recipe.local_sources(rcfg) if hasattr(recipe, "local_sources") else {}
+    fingerprint = _fingerprint(name, recipe_name, recipe, rcfg, registry, local)
     root = Path(data_dir) / name
     if not force and is_up_to_date(root, fingerprint):
         log.info("%s: up to date (%s)", name, root)
@@ -112,7 +118,7 @@ def prepare_dataset(
     mirror = mirror_dir or (cfg.get("mirror_dir") if "mirror_dir" in cfg else default_mirror_dir())
     cache = cache_dir or cfg.get("cache_dir") or DEFAULT_CACHE_DIR
     log.info("%s: preparing into %s (sources from %s)", name, root, f"mirror {mirror}" if mirror else f"download cache {cache}")
-    files = {role: fetch(src, mirror, cache, registry) for role, src in recipe.SOURCES.items()}
+    files = {role: fetch(src, mirror, cache, registry) for role, src in recipe.SOURCES.items()} | local
     with atomic_path(root) as tmp:
         tmp.mkdir(parents=True)
         result = recipe.build(rcfg, files, tmp)

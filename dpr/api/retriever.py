@@ -1,0 +1,219 @@
+"""`Retriever`: BM25, dense and hybrid search behind one interface, ``search(questions, k)``.
+
+    from dpr import Retriever
+    bm25 = Retriever.bm25("data/prepared/squad1_open/passages.tsv")
+    dense = Retriever.dense("runs/squad1_open/model", "runs/squad1_open/dense/index.faiss",
+                            passages="data/prepared/squad1_open/passages.tsv")
+    hits = Retriever.hybrid(bm25, dense, weight=0.5).search(["who wrote hamlet?"], k=5)[0]
+
+Every retriever implements ``search_ids`` (ranked ``(passage id, score)`` per question); ``search``
+adds titles and texts from the passages file. The CLI commands, the pipeline's retrieval stages and
+the fusion of result files all go through these classes and `dpr.fusion.fuse_ranked`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from dpr.api.passages import PassageStore
+from dpr.errors import DataError
+
+if TYPE_CHECKING:
+    import datasets
+
+    from dpr.bm25.index import BM25Index
+
+log = logging.getLogger(__name__)
+
+Ranked = list[tuple[str, float]]
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved passage: its id, score (higher = better), title and text."""
+
+    id: str
+    score: float
+    title: str | None = None
+    text: str | None = None
+
+
+class Retriever:
+    """The common interface; build one with `Retriever.bm25`, `Retriever.dense` or `Retriever.hybrid`."""
+
+    name = "retriever"
+    store: PassageStore | None = None
+
+    # ---------------------------------------------------------------------------------- factories
+    @staticmethod
+    def bm25(passages: "str | Path | datasets.Dataset", index_dir: str | Path | None = None, *,
+             index: "BM25Index | None" = None, k1: float | None = None, b: float | None = None,
+             stopwords: str | None = None, stemmer: str | None = None, n_threads: int = 0) -> "BM25Retriever":
+        """BM25 over ``passages`` (a passages.tsv). The index is ``index`` when given, else loaded from
+        ``index_dir`` when it is up to date there (built and saved when not), else built in memory.
+        BM25 settings default to the project's (k1=0.9, b=0.4, English stopwords and stemming)."""
+        from dpr import bm25 as bm25_pkg
+
+        params = {key: v for key, v in {"k1": k1, "b": b, "stopwords": stopwords, "stemmer": stemmer}.items()
+                  if v is not None}
+        if index is None:
+            if not isinstance(passages, (str, Path)):
+                raise ValueError("building a BM25 index needs the passages file path")
+            index = (bm25_pkg.get_or_build_index(passages, index_dir, **params) if index_dir is not None
+                     else bm25_pkg.build_index(passages, **params))
+        elif params:
+            raise ValueError("BM25 settings come with a prebuilt index; do not pass them as well")
+        return BM25Retriever(index, passages, n_threads=n_threads)
+
+    @staticmethod
+    def dense(run_dir: str | Path, index: str | Path, passages: "str | Path | datasets.Dataset | None" = None,
+              **options: Any) -> "DenseRetriever":
+        """Dense search with a run directory's question tower (or any HF model) over a FAISS index from
+        ``dpr-index``; ``passages`` is the passages.tsv the index was encoded from (needed by ``search``,
+        not by ``search_ids``). ``options``: see `DenseRetriever`."""
+        return DenseRetriever(run_dir, index, passages, **options)
+
+    @staticmethod
+    def hybrid(bm25: "Retriever", dense: "Retriever", weight: float | None = None, *, fusion: str = "linear",
+               normalize: str = "minmax", k_rrf: float = 60, depth: int = 100) -> "HybridRetriever":
+        """Fuse two retrievers per question: ``dense + weight · bm25`` after per-question min-max
+        normalisation (``fusion="linear"``; the pipeline writes its dev-tuned weight to
+        ``<run>/hybrid/weight.json``), or reciprocal rank fusion (``fusion="rrf"``), over each one's
+        top ``depth``."""
+        return HybridRetriever(bm25, dense, weight, fusion=fusion, normalize=normalize, k_rrf=k_rrf, depth=depth)
+
+    # -------------------------------------------------------------------------------- the interface
+    def search_ids(self, questions: Sequence[str], k: int = 10) -> list[Ranked]:
+        """The top ``k`` ``(passage id, score)`` per question, best first."""
+        raise NotImplementedError
+
+    def search(self, questions: Sequence[str] | str, k: int = 10) -> list[list[Hit]]:
+        """The top ``k`` passages per question (a single string is one question), best first, with
+        titles and texts."""
+        if isinstance(questions, str):
+            questions = [questions]
+        if self.store is None:
+            raise ValueError(f"{self.name} retriever has no passages file: give passages= to fetch texts, "
+                             "or call search_ids")
+        ranked = self.search_ids(list(questions), k)
+        psg = self.store.fetch([pid for row in ranked for pid, _ in row])
+        return [[Hit(pid, score, psg[pid]["title"], psg[pid]["text"]) for pid, score in row] for row in ranked]
+
+
+def _check_k(k: int) -> int:
+    if int(k) < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    return int(k)
+
+
+class BM25Retriever(Retriever):
+    """BM25 (bm25s weights, `dpr.bm25`) over an index built from the same passages file."""
+
+    name = "bm25"
+
+    def __init__(self, index: "BM25Index", passages: "str | Path | datasets.Dataset | None" = None,
+                 n_threads: int = 0) -> None:
+        self.index = index
+        self.n_threads = n_threads
+        self.store = PassageStore(passages) if passages is not None else None
+        if self.store is not None:
+            self.store.check_order(index.ids)
+
+    def search_ids(self, questions: Sequence[str], k: int = 10) -> list[Ranked]:
+        from dpr.bm25.search import search_indices
+
+        rows, scores = search_indices(self.index, list(questions), _check_k(k), n_threads=self.n_threads)
+        ids = self.index.ids
+        return [[(ids[r], float(s)) for r, s in zip(rr, ss)] for rr, ss in zip(rows.tolist(), scores.tolist())]
+
+
+class DenseRetriever(Retriever):
+    """Question tower → FAISS top k. Options: ``batch_size`` (question encoding), ``search_batch_size``,
+    ``device`` (encoder; default cuda:LOCAL_RANK if available, else cpu), ``autocast`` ("auto", "bf16",
+    "fp16", "off"), ``index_device`` ("cpu" | "gpu"), ``nprobe`` / ``ef_search`` (IVF / HNSW search
+    breadth), ``max_length`` (question tokens; default the model's), ``cache_dir`` (Arrow cache)."""
+
+    name = "dense"
+
+    def __init__(self, run_dir: str | Path, index: str | Path,
+                 passages: "str | Path | datasets.Dataset | None" = None, *, batch_size: int = 64,
+                 search_batch_size: int = 1024, device: str | None = None, autocast: str | None = "auto",
+                 index_device: str = "cpu", nprobe: int | None = None, ef_search: int | None = None,
+                 max_length: int | None = None, cache_dir: str | Path | None = None) -> None:
+        import torch
+
+        from dpr.distributed import device as default_device
+        from dpr.index import load_index, read_index_meta
+        from dpr.models import load_biencoder
+
+        self.index_path = Path(index)
+        self.index, self.ids = load_index(self.index_path, device=index_device, nprobe=nprobe, ef_search=ef_search)
+        self.device = torch.device(device) if device else default_device()
+        self.model, self.tokenizer = load_biencoder(str(run_dir))
+        self.model.to(self.device)
+        self.batch_size, self.search_batch_size = batch_size, search_batch_size
+        self.autocast, self.max_length = autocast, max_length
+        self._check_index(read_index_meta(self.index_path))
+        self.store = PassageStore(passages, cache_dir=cache_dir) if passages is not None else None
+
+    def _check_index(self, meta: dict) -> None:
+        dim, config = self.model.dim, self.model.config
+        if dim != self.index.d:
+            raise DataError(self.index_path, f"the model's vectors have {dim} dims but the index has {self.index.d}: "
+                            "index built with another model?", field="dim")
+        cosine = config.similarity == "cosine"
+        if "normalized" in meta and bool(meta["normalized"]) != cosine:
+            log.warning("%s holds %s passage vectors but the model uses %s similarity: scores will not match "
+                        "the model's", self.index_path, "normalised" if meta["normalized"] else "raw",
+                        config.similarity)
+
+    def encode(self, questions: Sequence[str]) -> np.ndarray:
+        """Question vectors, float32 ``[N, D]``."""
+        from dpr.models import encode_texts
+
+        return encode_texts(self.model, self.tokenizer, list(questions), "question", batch_size=self.batch_size,
+                            max_length=self.max_length, device=self.device, autocast=self.autocast,
+                            progress=len(questions) > self.batch_size).numpy()
+
+    def search_ids(self, questions: Sequence[str], k: int = 10) -> list[Ranked]:
+        from dpr.index import search
+
+        k = _check_k(k)
+        if not questions:
+            return []
+        hits, scores = search(self.index, self.ids, self.encode(questions), k, batch_size=self.search_batch_size,
+                              progress=len(questions) > self.search_batch_size)
+        return [[(pid, float(s)) for pid, s in zip(row, srow)] for row, srow in zip(hits, scores.tolist())]
+
+
+class HybridRetriever(Retriever):
+    """Per-question fusion of a BM25 and a dense retriever (`dpr.fusion.fuse_ranked`, the rule that
+    ``dpr-retrieve mode=hybrid`` applies to result files)."""
+
+    name = "hybrid"
+
+    def __init__(self, bm25: Retriever, dense: Retriever, weight: float | None = None, *, fusion: str = "linear",
+                 normalize: str = "minmax", k_rrf: float = 60, depth: int = 100) -> None:
+        if fusion not in ("linear", "rrf"):
+            raise ValueError(f"fusion must be 'linear' or 'rrf', got {fusion!r}")
+        if fusion == "linear" and weight is None:
+            raise ValueError("linear fusion needs weight= (the pipeline's dev-tuned weight is in "
+                             "<run>/hybrid/weight.json), or use fusion='rrf'")
+        self.bm25_retriever, self.dense_retriever = bm25, dense
+        self.how: dict[str, Any] = ({"k_rrf": float(k_rrf)} if fusion == "rrf"
+                                    else {"weight": float(weight), "normalize": normalize})
+        self.depth = _check_k(depth)
+        self.store = dense.store if dense.store is not None else bm25.store
+
+    def search_ids(self, questions: Sequence[str], k: int = 10) -> list[Ranked]:
+        from dpr.fusion import fuse_ranked
+
+        depth = max(self.depth, _check_k(k))
+        b = self.bm25_retriever.search_ids(questions, depth)
+        d = self.dense_retriever.search_ids(questions, depth)
+        return [fuse_ranked(br, dr, k, **self.how) for br, dr in zip(b, d)]

@@ -1,0 +1,48 @@
+"""``dpr-export model=<run dir> format=sentence-transformers output=<dir>`` (thin Hydra entry point over
+`dpr.export`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from dpr.cli.common import CONF_DIR, rename_overrides, report_errors
+
+# A built-in sample for check=true: real questions and passages, so a broken export shows.
+CHECK_QUESTIONS = ["what is the capital of france", "who wrote hamlet", "how do plants make energy",
+                   "what is the largest ocean", "when did the second world war end"]
+CHECK_PASSAGES = [("Paris", "Paris is the capital and most populous city of France."),
+                  ("Hamlet", "Hamlet is a tragedy written by William Shakespeare around 1600."),
+                  ("Photosynthesis", "Photosynthesis converts light energy into chemical energy in plants."),
+                  ("Pacific Ocean", "The Pacific Ocean is the largest and deepest of Earth's oceans."),
+                  ("", "World War II ended in 1945 with the surrender of Germany and then Japan."),
+                  ("Berlin", "Berlin is the capital of Germany.")]
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="export")
+@report_errors("dpr-export")
+def _run(cfg: DictConfig) -> None:
+    from dpr.export import FORMATS, compare_export, export_sentence_transformers
+
+    if cfg.format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {cfg.format!r}")
+    prompts = OmegaConf.to_container(cfg.prompts) if cfg.prompts is not None else None
+    out = export_sentence_transformers(cfg.model_path, cfg.output, prompts=prompts, report=cfg.report,
+                                       model_name=cfg.model_name)
+    print(f"dpr-export: {cfg.model_path} → {out} ({cfg.format}, model card {out / 'README.md'})")
+    if cfg.check:
+        figures = compare_export(cfg.model_path, out, CHECK_QUESTIONS, [t for _, t in CHECK_PASSAGES],
+                                 titles=[t for t, _ in CHECK_PASSAGES])
+        print(f"dpr-export: check {json.dumps(figures)}")
+
+
+def main() -> None:
+    sys.argv[1:] = rename_overrides(sys.argv[1:], {"model": "model_path"})
+    _run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""A trained run directory → a sentence-transformers model directory (loads offline with
+``SentenceTransformer(<dir>)``).
+
+The modules reproduce `dpr.models.BiEncoder` exactly: the tower's ``Transformer`` (its own tokenizer
+and maximum lengths), ``Pooling`` (``cls`` or ``mean``, as trained), a bias-carrying linear ``Dense``
+without activation when the run has a projection, and ``Normalize`` for cosine similarity.
+
+- Separate towers: a ``Router`` with a ``query`` route (question tower, question max length) and a
+  ``document`` route (passage tower, passage max length): ``model.encode_query(questions)`` and
+  ``model.encode_document(passages)`` go through their own tower. Plain ``encode`` takes the document
+  route.
+- A shared tower: one ``Transformer`` whose ``query_length`` / ``document_length`` carry the two
+  maximum lengths (so ``encode_query`` / ``encode_document`` cut as training did); optional
+  ``prompts`` are stored for users who want them (the project trains without prompts).
+
+Passages trained with titles are encoded as the pair ``(title, text)`` (``[CLS] title [SEP] text
+[SEP]``, DPR's input); ``encode_document`` takes such tuples, and a passage without a title is its
+text alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping
+
+from dpr.atomic import atomic_path
+from dpr.errors import DataError
+
+log = logging.getLogger(__name__)
+
+SIMILARITY_FN = {"cosine": "cosine", "dot": "dot"}
+
+
+def _tower_modules(tower_dir: Path, config: Any, projection: Any, shared: bool) -> list:
+    from sentence_transformers.sentence_transformer.modules import Dense, Pooling, Transformer
+
+    qlen, plen = config.question_max_length, config.passage_max_length
+    transformer = Transformer(str(tower_dir), max_seq_length=max(qlen, plen) if shared else None,
+                              query_length=qlen, document_length=plen)
+    if not shared:
+        # each route's own length also for callers that bypass encode_query/encode_document
+        transformer.max_seq_length = qlen if tower_dir.name.startswith("question") else plen
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=config.pooling)]
+    if projection is not None:
+        import torch
+
+        modules.append(Dense(projection.in_features, projection.out_features, bias=True,
+                             activation_function=torch.nn.Identity(),
+                             init_weight=projection.weight.detach().clone(),
+                             init_bias=projection.bias.detach().clone()))
+    return modules
+
+
+def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] | None = None) -> Any:
+    """The `SentenceTransformer` equivalent of the run directory ``run_dir`` (in memory, CPU)."""
+    try:
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.sentence_transformer.modules import Normalize, Router
+    except ImportError as err:
+        raise ImportError(f"the sentence-transformers export needs sentence-transformers>=6.2 "
+                          f"(pip install 'dpr[export]'): {err}") from None
+
+    from dpr.models import is_biencoder_dir, load_biencoder
+    from dpr.models.io import PASSAGE_DIR, QUESTION_DIR
+
+    run_dir = Path(run_dir)
+    if not is_biencoder_dir(run_dir):
+        raise FileNotFoundError(f"{run_dir}: not a trained run directory (no biencoder.json)")
+    model, _ = load_biencoder(run_dir)  # validates the run and gives the projection weights
+    config = model.config
+    if config.shared:
+        modules = _tower_modules(run_dir / QUESTION_DIR, config, model.question_projection, shared=True)
+    else:
+        modules = [Router.for_query_document(
+            query_modules=_tower_modules(run_dir / QUESTION_DIR, config, model.question_projection, shared=False),
+            document_modules=_tower_modules(run_dir / PASSAGE_DIR, config, model.passage_projection, shared=False),
+        )]
+        if prompts:
+            raise ValueError("prompts are for a shared tower; separate towers already route queries and passages")
+    if config.similarity == "cosine":
+        modules.append(Normalize())
+    return SentenceTransformer(modules=modules, device="cpu", prompts=dict(prompts or {}) or None,
+                               similarity_fn_name=SIMILARITY_FN[config.similarity])
+
+
+def export_sentence_transformers(run_dir: str | Path, output: str | Path, *,
+                                 prompts: Mapping[str, str] | None = None, report: str | Path | None = None,
+                                 card: bool = True, **card_options: Any) -> Path:
+    """Write ``run_dir`` as a sentence-transformers directory at ``output`` (built aside, renamed
+    into place), with the model card (`dpr.model_card.write_model_card`) as its ``README.md``."""
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise DataError(output, "exists and is not a directory", field="output")
+    if Path(run_dir).resolve().is_relative_to(output.resolve()):
+        # the export replaces output as a whole: never over the run it is made from
+        raise DataError(output, f"would replace the run directory {run_dir} it exports", field="output")
+    st = build_sentence_transformer(run_dir, prompts=prompts)
+    with atomic_path(output) as tmp:
+        st.save(str(tmp), create_model_card=False)
+        if card:
+            from dpr.model_card import write_model_card
+
+            write_model_card(tmp, report=report, run_dir=run_dir, **card_options)
+    log.info("exported %s as sentence-transformers to %s", run_dir, output)
+    return output
