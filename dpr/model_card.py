@@ -178,7 +178,10 @@ def _training_section(facts: Mapping[str, Any]) -> list[str]:
         rows.append(["batch", f"{batch} questions per device x {world} device(s); {pool} passages in the pool"])
     for key, label in (("hard_negatives", "BM25 hard negatives per question"), ("lr", "learning rate"),
                        ("warmup_ratio", "warm-up ratio"), ("grad_accumulation_steps", "gradient accumulation"),
-                       ("grad_cache_chunk_size", "gradient cache chunk (0: off)")):
+                       ("grad_cache_chunk_size", "gradient cache chunk (0: off)"),
+                       ("frozen_steps", "frozen-index steps (question tower vs the cached corpus)"),
+                       ("corpus_negatives", "whole-corpus negatives term"), ("mask_answers", "answer-bearing passages masked"),
+                       ("multi_positive", "every judged positive a positive"), ("rounds", "re-mining rounds")):
         if key in tc:
             rows.append([label, tc[key]])
     rows.append(["steps", f"{summary.get('steps')} (epoch {summary.get('epoch')})"])

@@ -22,6 +22,7 @@ from dpr.data.dataset import DatasetPaths
 from dpr.data.prepare import prepare_dataset
 from dpr.eval.report import evaluate_qa, evaluate_qrels
 from dpr.fusion import fuse_linear, fuse_rrf, tune_linear_weight
+from dpr.model_card import write_model_card
 from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
 from dpr.remine import remine_dataset
 from dpr.stages import StageRunner
@@ -230,6 +231,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
         report = evaluate_qrels(runs, ds.qrels(split_eval), eval_dir, notes=notes)
     else:
         report = evaluate_qa(runs, eval_dir, ks=list(cfg.eval.ks), match=cfg.eval.match, notes=notes)
+    write_model_card(model_dir, report=eval_dir / "report.json")  # the trained model's card, with the report
     total = time.perf_counter() - start
     timings = {**{k: round(v, 1) for k, v in stages.timings.items()}, "total": round(total, 1)}
     write_json_atomic(out / "timings.json", {"seconds": timings, "skipped": stages.skipped})

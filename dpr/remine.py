@@ -105,7 +105,8 @@ def remine_examples(
     """Copies of ``examples`` whose ``hard_negative_ctxs`` mix their BM25 negatives with the model's own."""
     from dpr.bm25.mine import _judged_docs
     from dpr.index import load_index, search
-    from dpr.retrieve import encode_questions, fetch_passages
+    from dpr.api.passages import fetch_passages
+    from dpr.retrieve import encode_questions
 
     index, ids = load_index(index_path)
     q, config = encode_questions(model_path, [ex["question"] for ex in examples], batch_size=batch_size)

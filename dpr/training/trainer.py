@@ -25,6 +25,7 @@ from dpr import distributed as dist
 from dpr.atomic import write_json_atomic
 from dpr.data.dataset import DatasetPaths
 from dpr.losses import build_loss
+from dpr.model_card import write_model_card
 from dpr.models import load_biencoder, save_biencoder
 from dpr.models.inference import cpu_supports_bf16
 from dpr.training import checkpoint as ckpt
@@ -253,5 +254,6 @@ def _finish(out, model, tokenizer, state: TrainState, tc: TrainConfig, conf: dic
     if main:
         save_biencoder(model, tokenizer, out)
         write_json_atomic(out / "train_summary.json", summary)
+        write_model_card(out)  # README.md: what was trained how; the pipeline adds the evaluation later
         log.info("saved %s weights to %s", final_from, out)
     return summary
