@@ -113,7 +113,8 @@ def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: st
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        figures = {"step": step + 1, "epoch": epoch, "loss": float(loss), "lr": lr, "grad_norm": grad_norm, **figures}
+        figures = {"step": step + 1, "epoch": epoch, "loss": float(loss), "lr": lr, "grad_norm": grad_norm,
+                   "seconds": round(time.perf_counter() - t0, 2), **figures}
         with open(log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(figures) + "\n")
         if (step + 1) % max(1, int(tcfg.get("log_every", 20))) == 0:
