@@ -142,3 +142,41 @@ def test_tiny_reader_trains_resumes_and_evaluates_end_to_end(tiny_data_dir, tiny
 
     bad = _reader("eval", f"model={tmp_path}", f"results={res_file}", f"output={tmp_path / 'x.json'}")
     assert bad.returncode == 2 and "not a reader directory" in bad.stderr
+
+
+def test_resumed_training_equals_a_straight_run(tiny_data_dir, tiny_model_dir, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from dpr.reader.train import train_reader
+
+    data = json.loads((tiny_data_dir / "tiny" / "train.json").read_text())
+    for i, ex in enumerate(data):
+        ex["hard_negative_ctxs"] = [data[(i + 1) % len(data)]["positive_ctxs"][0], data[(i + 2) % len(data)]["positive_ctxs"][0]]
+    train = tmp_path / "train.json"
+    train.write_text(json.dumps(data))
+    cfg = {"model": str(tiny_model_dir), "max_length": 64, "stride": 16, "max_question_length": 16, "title": True,
+           "train": {"batch_size": 3, "negatives": 1, "epochs": 1, "max_steps": 5, "max_questions": 0, "lr": 1e-3,
+                     "weight_decay": 0.01, "warmup_ratio": 0.2, "max_grad_norm": 1.0, "precision": "fp32",
+                     "cpu_threads": 0, "seed": 3, "log_every": 1, "save_every": 2, "keep_checkpoints": 5,
+                     "resume": "auto"}}
+    train_reader(cfg, train, tmp_path / "straight")
+    # a run killed after step 4's checkpoint: later checkpoints and the final model never written
+    train_reader(cfg, train, tmp_path / "killed")
+    shutil.rmtree(tmp_path / "killed" / "checkpoints" / "step_5")
+    shutil.rmtree(tmp_path / "killed" / "reader")
+    summary = train_reader(cfg, train, tmp_path / "killed")
+    assert summary["resumed_from_step"] == 4
+    a = load_file(str(tmp_path / "straight" / "reader" / "reader_head.safetensors"))
+    b = load_file(str(tmp_path / "killed" / "reader" / "reader_head.safetensors"))
+    assert a.keys() == b.keys() and all(torch_equal(a[k], b[k]) for k in a)
+    # different settings: the old checkpoints are not this run's past and are ignored under resume=auto
+    cfg["train"]["lr"] = 5e-4
+    assert train_reader(cfg, train, tmp_path / "killed")["resumed_from_step"] == 0
+
+
+def torch_equal(x, y) -> bool:
+    import torch
+
+    return bool(torch.equal(x, y))

@@ -133,5 +133,5 @@ def reader_loss(start: torch.Tensor, end: torch.Tensor, relevance: torch.Tensor,
     rel = relevance.view(questions, slots).masked_fill(~batch["slot_mask"], float("-inf"))
     rel_loss = torch.nn.functional.cross_entropy(rel, torch.zeros(questions, dtype=torch.long))
     rel_acc = (rel.argmax(dim=1) == 0).float().mean()
-    return span_loss + rel_loss, {"span_loss": float(span_loss), "relevance_loss": float(rel_loss),
+    return span_loss + rel_loss, {"span_loss": span_loss.item(), "relevance_loss": rel_loss.item(),
                                   "relevance_accuracy": float(rel_acc)}

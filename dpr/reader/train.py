@@ -27,7 +27,8 @@ from dpr.atomic import write_json_atomic
 from dpr.data.retriever_json import read_retriever_json
 from dpr.reader.data import collate, prepare_items, reader_loss
 from dpr.reader.model import SETTINGS_KEYS, autocast_context, build_reader, save_reader
-from dpr.training.checkpoint import load_checkpoint, read_state, resolve_resume, rng_state, save_checkpoint
+from dpr.training.checkpoint import (load_checkpoint, read_state, resolve_resume, rng_state, save_checkpoint,
+                                     set_rng_state)
 from dpr.training.optim import build_optimizer, clip_gradients, linear_schedule, resolve_warmup
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,8 @@ def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: st
                 raise ValueError(f"{ckpt}: checkpoint of a different run (model, data or settings changed)")
             log.warning("ignoring %s: written by a run with other settings or data", ckpt)
         else:
-            state, _ = load_checkpoint(ckpt, model, optimizer, scheduler)
+            state, rng = load_checkpoint(ckpt, model, optimizer, scheduler)
+            set_rng_state(rng[0])  # dropout draws continue where the killed run left them
             start_step = int(state["step"])
             log.info("resumed from %s at step %d", ckpt, start_step)
     autocast, precision = autocast_context(str(tcfg.get("precision", "auto")))
@@ -113,7 +115,7 @@ def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: st
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        figures = {"step": step + 1, "epoch": epoch, "loss": float(loss), "lr": lr, "grad_norm": grad_norm,
+        figures = {"step": step + 1, "epoch": epoch, "loss": loss.item(), "lr": lr, "grad_norm": grad_norm,
                    "seconds": round(time.perf_counter() - t0, 2), **figures}
         with open(log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(figures) + "\n")
