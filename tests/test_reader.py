@@ -180,3 +180,22 @@ def torch_equal(x, y) -> bool:
     import torch
 
     return bool(torch.equal(x, y))
+
+
+def test_read_pairs_returns_a_span_of_each_passage_and_skips_empty_ones(tiny_model_dir):
+    import torch
+
+    from dpr.reader.infer import read_pairs
+    from dpr.reader.model import build_reader
+
+    torch.manual_seed(0)
+    model, tok = build_reader(str(tiny_model_dir))
+    settings = {"max_length": 48, "stride": 8, "max_question_length": 16, "title": True}
+    long_text = " ".join(f"word{i}" for i in range(120))  # several windows
+    pairs = [("q one", "T", "Paris is the capital of France."), ("q two", "", "   "), ("q three", "L", long_text)]
+    readings = read_pairs(model.eval(), tok, settings, pairs, max_answer_length=4, batch_size=2, precision="fp32")
+    assert len(readings) == 3
+    assert readings[0].answer and readings[0].answer in pairs[0][2]
+    assert readings[1].answer == "" and readings[1].span_score == float("-inf")
+    assert readings[2].answer in long_text and len(tok(readings[2].answer, add_special_tokens=False)["input_ids"]) <= 4
+    assert choose(readings) != 1

@@ -72,7 +72,7 @@ def prepare_items(records: Sequence[dict], tokenizer: Any, settings: dict) -> tu
             continue
         negatives = [(c.get("title", "") if use_title else "", c["text"])
                      for c in [*rec.get("hard_negative_ctxs", []), *rec.get("negative_ctxs", [])]
-                     if not find_answer_spans(c["text"], answers)]
+                     if c["text"].strip() and not find_answer_spans(c["text"], answers)]
         items.append(TrainItem(rec["question"], chosen, negatives))
         counts.used += 1
     return items, counts

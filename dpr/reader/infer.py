@@ -88,4 +88,5 @@ def read_pairs(
                 if reading.span_score > cur.span_score:
                     cur.answer, cur.span_score = reading.answer, reading.span_score
                 cur.relevance = max(cur.relevance, reading.relevance)
-    return best  # type: ignore[return-value]
+    # a passage with nothing to read (empty text) never wins
+    return [r if r is not None else Reading("", float("-inf"), float("-inf")) for r in best]

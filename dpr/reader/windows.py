@@ -89,6 +89,8 @@ def make_windows(
     """The windows of one (question, passage) pair, each with the answer spans it holds whole."""
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("the reader needs a fast tokenizer (offset mapping)")
+    if not text.strip():
+        return []  # nothing to read (results files may hold empty passages)
     q_ids = tokenizer(question, add_special_tokens=False, truncation=True, max_length=max_question_length)["input_ids"]
     first_segment = tokenizer.decode(q_ids)
     if title:
@@ -107,8 +109,8 @@ def make_windows(
     for w in range(len(enc["input_ids"])):
         seq_ids = enc.sequence_ids(w)
         ctx = [t for t, s in enumerate(seq_ids) if s == 1]
-        if not ctx:  # an empty passage
-            raise ValueError(f"empty passage text for question {question!r}")
+        if not ctx:  # only spaces or characters the tokenizer drops
+            continue
         offsets = [tuple(o) if s == 1 else None for o, s in zip(enc["offset_mapping"][w], seq_ids)]
         types = enc["token_type_ids"][w] if "token_type_ids" in enc else [0] * len(seq_ids)
         win = Window(list(enc["input_ids"][w]), list(types), offsets, ctx[0], ctx[-1])
