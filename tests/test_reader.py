@@ -133,6 +133,7 @@ def test_tiny_reader_trains_resumes_and_evaluates_end_to_end(tiny_data_dir, tiny
     assert proc.returncode == 0, proc.stderr[-3000:]
     ev = json.loads((tmp_path / "eval.json").read_text())
     assert set(ev["figures"]["open_domain"]) == {"1", "2"}
+    assert ev["top_k"]["2"] == 1.0  # the positive is among the two passages of every question
     for fig in [ev["figures"]["gold"], *ev["figures"]["open_domain"].values()]:
         assert set(fig) == {"em", "f1"} and 0.0 <= fig["em"] <= fig["f1"] <= 1.0
     assert len(ev["predictions"]["open_domain"]["2"]) == 8

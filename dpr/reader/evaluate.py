@@ -58,6 +58,7 @@ def evaluate_reader(rcfg: Mapping[str, Any], model_dir: Path, output: Path, resu
         out["results"] = str(results)
         out["num_questions"] = len(records)
         out["figures"]["open_domain"] = res["k"]
+        out["top_k"] = res["top_k"]
         out["em_above_bound"] = res["em_above_bound"]
         out["predictions"]["open_domain"] = res["predictions"]
     out["seconds"] = round(time.perf_counter() - t0, 1)

@@ -39,15 +39,17 @@ def answer_at_k(readings: Sequence[Sequence[Reading]], k: int, passage_weight: f
 
 def read_topk(model, tokenizer, settings: dict, records: Sequence[dict], ks: Iterable[int] = DEFAULT_KS,
               passage_weight: float = 1.0, cache: dict | None = None, **read_kw: Any) -> dict:
-    """``{"k": {"<k>": {"em", "f1"}}, "em_above_bound": {"<k>": n}, "predictions": {"<k>": [...]}}``."""
+    """``{"k": {"<k>": {"em", "f1"}}, "top_k": {"<k>": bound}, "em_above_bound": {"<k>": n},
+    "predictions": {"<k>": [...]}}`` (the bound: top-k accuracy of the same questions)."""
     ks = sorted({int(k) for k in ks})
     readings = read_records(model, tokenizer, settings, records, max(ks), cache, **read_kw)
     ranks = first_hit_ranks(records, max_k=max(ks), desc="has_answer [reader bound]")
     answers = [r["answers"] for r in records]
-    out: dict = {"k": {}, "em_above_bound": {}, "predictions": {}}
+    out: dict = {"k": {}, "top_k": {}, "em_above_bound": {}, "predictions": {}}
     for k in ks:
         preds = answer_at_k(readings, k, passage_weight)
         out["k"][str(k)] = evaluate(preds, answers)
+        out["top_k"][str(k)] = float((ranks < k).mean()) if len(ranks) else 0.0
         out["em_above_bound"][str(k)] = sum(1 for p, a, r in zip(preds, answers, ranks)
                                             if score(p, a)[0] == 1.0 and r >= k)
         out["predictions"][str(k)] = preds
