@@ -231,6 +231,9 @@ def run_pipeline(cfg: DictConfig) -> dict:
         report = evaluate_qrels(runs, ds.qrels(split_eval), eval_dir, notes=notes)
     else:
         report = evaluate_qa(runs, eval_dir, ks=list(cfg.eval.ks), match=cfg.eval.match, notes=notes)
+    if cfg.get("reader") and not qrels_data:  # issue 10: the extractive reader on each system's top k
+        from dpr.reader.pipeline import attach_reader, reader_report
+        report = attach_reader(report, reader_report(cfg.reader_cfg, ds, runs, out, stages), out, eval_dir, stages)
     write_model_card(model_dir, report=eval_dir / "report.json")  # the trained model's card, with the report
     total = time.perf_counter() - start
     timings = {**{k: round(v, 1) for k, v in stages.timings.items()}, "total": round(total, 1)}

@@ -251,11 +251,23 @@ def evaluate_qrels(
     return report
 
 
+def add_reader(report: dict, reader: Mapping[str, Any], details: Mapping[str, Any], output_dir: str | Path) -> dict:
+    """The reader beside the bound: ``report["reader"]`` (``{"gold", "systems"}``, see dpr.reader.pipeline),
+    its counts and wall time under ``notes["reader"]``; rewrites report.json/.md and topk.png (reader
+    EM drawn dashed next to each system's top-k curve). Returns the new report."""
+    report = {**report, "reader": dict(reader), "notes": {**report.get("notes", {}), "reader": dict(details)}}
+    curves = {n: {int(k): v for k, v in s["top_k"].items()} for n, s in report["systems"].items()}
+    em_curves = {f"{n} reader EM": {int(k): v["em"] for k, v in per_k.items()} for n, per_k in reader["systems"].items()}
+    _write(report, output_dir, render_qa_markdown(report), {**curves, **em_curves},
+           ylabel="top-k accuracy; reader EM (dashed)", dashed=set(em_curves))
+    return report
+
+
 def _write(report: dict, output_dir: str | Path, markdown: str, curves: Mapping[str, Mapping[int, float]],
-           ylabel: str) -> None:
+           ylabel: str, dashed: Iterable[str] = ()) -> None:
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plot_curves(curves, out / "topk.png", ylabel=ylabel)
+    plot_curves(curves, out / "topk.png", ylabel=ylabel, dashed=dashed)
     write_text_atomic(out / "report.md", markdown)
     # report.json last: its presence means the whole report is there.
     write_json_atomic(out / "report.json", report)

@@ -75,9 +75,38 @@ def render_qa_markdown(report: Mapping[str, Any]) -> str:
         rows = [[c["a"], c["b"], str(c["overlap"]["both"]), str(c["overlap"]["only_a"]),
                  str(c["overlap"]["only_b"]), str(c["overlap"]["neither"])] for c in report["comparisons"]]
         lines += _table(["A", "B", "both", "only A", "only B", "neither"], rows)
+    if "reader" in report:
+        lines += render_reader_section(report)
     lines += _notes(report.get("notes", {}))
     lines += ["", "![top-k accuracy](topk.png)", ""]
     return "\n".join(lines)
+
+
+def render_reader_section(report: Mapping[str, Any]) -> list[str]:
+    """The reader beside the bound: per system and k, top-k accuracy, reader EM/F1, and how often EM
+    counted a question that has_answer found in no top-k passage (the two matchers differ slightly)."""
+    reader = report["reader"]
+    details = report.get("notes", {}).get("reader", {})
+    above = details.get("em_above_bound", {})
+    lines = ["", "## Reader (extractive, SQuAD v1.1 EM/F1)", "",
+             "The bound is top-k accuracy; the gap bound − EM is the reader's share of the loss, "
+             "100 − bound the retriever's. Figures in %.", "",
+             f"Gold passages ({details.get('gold_passages', 'gold')}): EM {_pct(reader['gold']['em'])}, "
+             f"F1 {_pct(reader['gold']['f1'])}.", ""]
+    rows = []
+    for name, per_k in reader["systems"].items():
+        bound = report["systems"].get(name, {}).get("top_k", {})
+        for k, fig in per_k.items():
+            rows.append([name, k, _pct(bound[k]) if k in bound else "n/a", _pct(fig["em"]), _pct(fig["f1"]),
+                         str(above.get(name, {}).get(k, "n/a"))])
+    lines += _table(["system", "k", "top-k (bound)", "reader EM", "reader F1", "EM above bound (questions)"], rows)
+    n = details.get("num_questions")
+    if n is not None and n != report.get("num_questions"):
+        lines += ["", f"Open-domain reader figures on the first {n} of the {report['num_questions']} questions "
+                      "(reader_cfg.eval.max_questions); the bound is over all of them."]
+    if details.get("seconds"):
+        lines += ["", f"Reader wall time (s): {json.dumps(details['seconds'])}."]
+    return lines
 
 
 def render_qrels_markdown(report: Mapping[str, Any]) -> str:

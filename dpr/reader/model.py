@@ -1,0 +1,116 @@
+"""The reader: any Hugging Face encoder + a start/end head on every token + a relevance logit on
+[CLS] (DPR's ``qa_classifier``), so it both extracts a span and ranks the passages it reads.
+
+A saved reader is a directory: ``encoder/`` (the encoder and tokenizer in Hugging Face format),
+``reader_head.safetensors`` (the two linear heads) and ``reader.json`` (windowing settings the
+reader was trained with, reused at inference).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from dpr.atomic import atomic_path
+
+MASKED = -1e4  # logit of a token that cannot be an answer (question, title, special tokens, padding)
+SETTINGS_KEYS = ("max_length", "stride", "max_question_length", "title")
+
+
+class Reader(nn.Module):
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+        hidden = encoder.config.hidden_size
+        self.qa_outputs = nn.Linear(hidden, 2)
+        self.qa_classifier = nn.Linear(hidden, 1)
+        for layer in (self.qa_outputs, self.qa_classifier):
+            nn.init.normal_(layer.weight, std=0.02)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, passage_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(start_logits, end_logits)`` ``[n, seq]`` with non-passage tokens masked, and relevance ``[n]``."""
+        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs).last_hidden_state
+        start, end = self.qa_outputs(hidden).float().unbind(-1)
+        start = start.masked_fill(~passage_mask, MASKED)
+        end = end.masked_fill(~passage_mask, MASKED)
+        relevance = self.qa_classifier(hidden[:, 0]).float().squeeze(-1)
+        return start, end, relevance
+
+
+def build_reader(name: str, attn_implementation: str | None = None) -> tuple[Reader, Any]:
+    """A fresh reader on encoder ``name`` (the offline MiniLM alias, a hub name or a local dir)."""
+    from transformers import AutoTokenizer
+
+    from dpr.models.hub import resolve_model_name
+
+    path = resolve_model_name(name)
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation not in (None, "auto") else {}
+    return Reader(_load_encoder(path, **kwargs)), AutoTokenizer.from_pretrained(path, use_fast=True)
+
+
+def _load_encoder(path: str | Path, **kwargs: Any) -> nn.Module:
+    # BERT's pooler is unused by the reader; leaving it out keeps it out of the optimizer and the files
+    from transformers import AutoConfig, AutoModel
+
+    if AutoConfig.from_pretrained(path).model_type == "bert":
+        kwargs["add_pooling_layer"] = False
+    return AutoModel.from_pretrained(path, **kwargs)
+
+
+def save_reader(model: Reader, tokenizer: Any, out_dir: str | Path, settings: dict) -> Path:
+    """Write the reader directory atomically (a killed save leaves the previous one intact)."""
+    out_dir = Path(out_dir)
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir(parents=True)
+        model.encoder.save_pretrained(tmp / "encoder")
+        tokenizer.save_pretrained(tmp / "encoder")
+        heads = {f"qa_outputs.{k}": v for k, v in model.qa_outputs.state_dict().items()}
+        heads.update({f"qa_classifier.{k}": v for k, v in model.qa_classifier.state_dict().items()})
+        save_file({k: v.detach().contiguous().cpu() for k, v in heads.items()}, str(tmp / "reader_head.safetensors"))
+        (tmp / "reader.json").write_text(json.dumps({k: settings[k] for k in SETTINGS_KEYS}, indent=2), encoding="utf-8")
+    return out_dir
+
+
+def load_reader(path: str | Path, device: str | torch.device = "cpu") -> tuple[Reader, Any, dict]:
+    """``(model in eval mode, tokenizer, settings)`` from a directory :func:`save_reader` wrote."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    if not (path / "reader.json").is_file() and (path / "reader" / "reader.json").is_file():
+        path = path / "reader"  # a training output directory
+    if not (path / "reader.json").is_file():
+        raise FileNotFoundError(f"{path}: not a reader directory (no reader.json; train one with dpr-reader train)")
+    model = Reader(_load_encoder(path / "encoder"))
+    heads = load_file(str(path / "reader_head.safetensors"))
+    model.qa_outputs.load_state_dict({k.split(".", 1)[1]: v for k, v in heads.items() if k.startswith("qa_outputs.")})
+    model.qa_classifier.load_state_dict({k.split(".", 1)[1]: v for k, v in heads.items() if k.startswith("qa_classifier.")})
+    settings = json.loads((path / "reader.json").read_text(encoding="utf-8"))
+    return model.to(device).eval(), AutoTokenizer.from_pretrained(path / "encoder", use_fast=True), settings
+
+
+def autocast_context(precision: str) -> tuple[Any, str]:
+    """``(context, resolved precision)``: bf16 autocast on CPUs with bf16 instructions under ``auto``."""
+    if precision == "auto":
+        precision = "bf16" if torch.backends.mkldnn.is_available() and _cpu_bf16() else "fp32"
+    if precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16), "bf16"
+    if precision != "fp32":
+        raise ValueError(f"precision must be auto, fp32 or bf16, got {precision!r}")
+    return contextlib.nullcontext(), "fp32"
+
+
+def _cpu_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags

@@ -1,0 +1,145 @@
+"""The reader's training loop: AdamW with linear warm-up/decay, seeded, resumable.
+
+Optimizer, schedule, clipping and the checkpoint format are the retriever trainer's
+(``dpr.training.optim`` / ``dpr.training.checkpoint``). The data order is a pure function of
+(seed, epoch) and each step's negatives of (seed, step), so a resumed run replays exactly the batches
+a straight run would have seen; a checkpoint stores only the step besides the weights and states.
+
+Output: ``<output_dir>/reader/`` (``encoder/`` in HF format, heads, ``reader.json``; ``dpr-reader eval
+model=<output_dir>`` finds it), ``train_summary.json``, ``metrics.jsonl``, ``checkpoints/step_<n>/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from dpr.atomic import write_json_atomic
+from dpr.data.retriever_json import read_retriever_json
+from dpr.reader.data import collate, prepare_items, reader_loss
+from dpr.reader.model import SETTINGS_KEYS, autocast_context, build_reader, save_reader
+from dpr.training.checkpoint import (load_checkpoint, read_state, resolve_resume, rng_state, save_checkpoint,
+                                     set_rng_state)
+from dpr.training.optim import build_optimizer, clip_gradients, linear_schedule, resolve_warmup
+
+log = logging.getLogger(__name__)
+
+# Settings that do not change what a step computes: a run may resume with other values.
+_RESUMABLE = {"max_steps", "epochs", "save_every", "keep_checkpoints", "resume", "log_every", "cpu_threads"}
+
+
+def _plain(cfg: Any) -> dict:
+    from omegaconf import DictConfig, OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+
+
+def _fingerprint(rcfg: dict, train_path: Path) -> str:
+    t = {k: v for k, v in rcfg["train"].items() if k not in _RESUMABLE}
+    st = train_path.stat()
+    blob = json.dumps({"model": rcfg["model"], **{k: rcfg[k] for k in SETTINGS_KEYS}, "train": t,
+                       "file": [st.st_size, st.st_mtime_ns]}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: str | Path) -> dict:
+    """Train a reader on ``train_path`` (DPR retriever JSON) into ``output_dir``; returns the summary."""
+    rcfg = _plain(rcfg)
+    tcfg = rcfg["train"]
+    train_path, out = Path(train_path), Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if tcfg.get("cpu_threads", 0) > 0:
+        torch.set_num_threads(int(tcfg["cpu_threads"]))
+    seed = int(tcfg["seed"])
+    torch.manual_seed(seed)
+    settings = {k: rcfg[k] for k in SETTINGS_KEYS}
+    model, tokenizer = build_reader(rcfg["model"])
+
+    t0 = time.perf_counter()
+    records = read_retriever_json(train_path)
+    if tcfg.get("max_questions", 0) > 0:
+        records = records[: int(tcfg["max_questions"])]
+    items, counts = prepare_items(records, tokenizer, settings)
+    log.info("reader training data %s: %s", train_path, counts.as_dict())
+    if not items:
+        raise ValueError(f"{train_path}: no usable training question (counts: {counts.as_dict()})")
+    bs = int(tcfg["batch_size"])
+    steps_per_epoch = math.ceil(len(items) / bs)
+    total = int(tcfg["max_steps"]) if tcfg.get("max_steps", 0) > 0 else steps_per_epoch * int(tcfg["epochs"])
+
+    optimizer = build_optimizer(model, lr=float(tcfg["lr"]), weight_decay=float(tcfg["weight_decay"]))
+    scheduler = linear_schedule(optimizer, resolve_warmup(0, float(tcfg["warmup_ratio"]), total), total)
+    fingerprint = _fingerprint(rcfg, train_path)
+    start_step = 0
+    ckpt = resolve_resume(tcfg.get("resume", "auto"), out)
+    if ckpt is not None:
+        if read_state(ckpt).get("fingerprint") != fingerprint:
+            if str(tcfg.get("resume")).lower() != "auto":
+                raise ValueError(f"{ckpt}: checkpoint of a different run (model, data or settings changed)")
+            log.warning("ignoring %s: written by a run with other settings or data", ckpt)
+        else:
+            state, rng = load_checkpoint(ckpt, model, optimizer, scheduler)
+            set_rng_state(rng[0])  # dropout draws continue where the killed run left them
+            start_step = int(state["step"])
+            log.info("resumed from %s at step %d", ckpt, start_step)
+    autocast, precision = autocast_context(str(tcfg.get("precision", "auto")))
+
+    model.train()
+    log_path = out / "metrics.jsonl"
+    figures: dict = {}
+    order: np.ndarray | None = None
+    epoch_of_order = -1
+    for step in range(start_step, total):
+        epoch, pos = divmod(step, steps_per_epoch)
+        if epoch != epoch_of_order:
+            order = np.random.RandomState(seed + epoch).permutation(len(items))
+            epoch_of_order = epoch
+        batch_items = [items[i] for i in order[pos * bs:(pos + 1) * bs]]
+        batch = collate(batch_items, tokenizer, settings, int(tcfg["negatives"]), random.Random(seed * 1_000_003 + step))
+        with autocast:
+            start, end, rel = model(batch["input_ids"], batch["attention_mask"], batch["passage_mask"],
+                                    batch["token_type_ids"])
+        loss, figures = reader_loss(start, end, rel, batch)
+        loss.backward()
+        lr = scheduler.get_last_lr()[0]
+        grad_norm = clip_gradients(model.parameters(), float(tcfg["max_grad_norm"]))
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        figures = {"step": step + 1, "epoch": epoch, "loss": loss.item(), "lr": lr, "grad_norm": grad_norm,
+                   "seconds": round(time.perf_counter() - t0, 2), **figures}
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(figures) + "\n")
+        if (step + 1) % max(1, int(tcfg.get("log_every", 20))) == 0:
+            log.info("step %d/%d loss %.4f span %.4f rel-acc %.2f", step + 1, total, figures["loss"],
+                     figures["span_loss"], figures["relevance_accuracy"])
+        save_every = int(tcfg.get("save_every", 0))
+        if save_every > 0 and ((step + 1) % save_every == 0 or step + 1 == total):
+            save_checkpoint(out, step + 1, model, optimizer, scheduler, None, {"fingerprint": fingerprint},
+                            [rng_state()], keep=int(tcfg.get("keep_checkpoints", 1)))
+
+    model.eval()
+    return _finish(model, tokenizer, settings, out, rcfg, counts, total, start_step, precision, figures, t0)
+
+
+def _finish(model, tokenizer, settings, out: Path, rcfg: dict, counts, total: int, start_step: int,
+            precision: str, figures: dict, t0: float) -> dict:
+    final = out / "reader"
+    save_reader(model, tokenizer, final, settings)
+    summary = {
+        "model_dir": str(final), "steps": total, "resumed_from_step": start_step, "precision": precision,
+        "data": counts.as_dict(), "final": figures, "seconds": round(time.perf_counter() - t0, 1),
+        "config": rcfg,
+    }
+    write_json_atomic(out / "train_summary.json", summary)
+    log.info("reader saved to %s (%d steps, %.0f s)", final, total, summary["seconds"])
+    return summary

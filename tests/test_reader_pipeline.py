@@ -1,0 +1,44 @@
+"""`dpr-pipeline … reader=true` on the tiny dataset: the report's `reader` key, markdown and plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def test_pipeline_with_reader_reports_bound_and_reader_side_by_side(tiny_data_dir, tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    cmd = [
+        str(BIN / "dpr-pipeline"), "data.name=tiny", "data.kind=qa", "data.recipe=none",
+        f"data_dir={tiny_data_dir}", f"output_dir={out}", f"model.name={tiny_model_dir}",
+        "model.shared=false", "model.pooling=cls", "model.similarity=dot", "model.temperature=1.0",
+        "train.max_steps=2", "train.batch_size=4", "train.hard_negatives=1", "train.save_every=0",
+        "train.val_max_questions=4", "bm25.num_negatives=3", "retrieve.k=20", "encode.batch_size=8",
+        "reader=true", f"reader_cfg.model={tiny_model_dir}", "reader_cfg.max_length=64",
+        "reader_cfg.train.max_steps=2", "reader_cfg.train.batch_size=4", "reader_cfg.train.save_every=0",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"},
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "eval" / "report.json").read_text())
+    reader = report["reader"]
+    assert set(reader) == {"gold", "systems"}
+    assert set(reader["gold"]) == {"em", "f1"}
+    assert set(reader["systems"]) == {"bm25", "dense", "hybrid"}
+    for per_k in reader["systems"].values():
+        assert set(per_k) == {"1", "5", "20"}
+        for fig in per_k.values():
+            assert set(fig) == {"em", "f1"} and 0.0 <= fig["em"] <= fig["f1"] <= 1.0
+    # the tiny set has no test gold file: the gold passages are BM25's first answer-bearing ones
+    assert "pseudo-gold" in report["notes"]["reader"]["gold_passages"]
+    md = (out / "eval" / "report.md").read_text()
+    assert "## Reader" in md and "top-k (bound)" in md and "EM above bound" in md
+    timings = json.loads((out / "timings.json").read_text())["seconds"]
+    assert {"reader_train", "reader_eval"} <= set(timings)
+    eval_out = json.loads((out / "reader" / "eval.json").read_text())
+    assert len(eval_out["predictions"]["dense"]["5"]) == 8
