@@ -310,3 +310,25 @@ def test_torchrun_two_cpu_processes_match_one_process(tiny_model_no_dropout, tin
     rngs = torch.load(tmp_path / "ddp" / "checkpoints" / "step_3" / "rng.pt", weights_only=True)
     assert len(rngs) == 2 and not (tmp_path / "ddp" / "checkpoints" / "step_2").exists()
     assert list(work.iterdir()) == []  # rank 1 wrote nothing in its working directory
+
+
+def test_each_phase_gets_its_own_warmup_and_decay():
+    from dpr.training.optim import linear_schedule, phased_schedule
+
+    def lrs(sched, n):
+        out = []
+        for _ in range(n):
+            out.append(sched.get_last_lr()[0])
+            sched.optimizer.step()
+            sched.step()
+        return out
+
+    def opt():
+        return torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+
+    # one phase: exactly the linear schedule
+    assert lrs(phased_schedule(opt(), [0, 10], 2), 10) == pytest.approx(lrs(linear_schedule(opt(), 2, 10), 10))
+    got = lrs(phased_schedule(opt(), [4, 6], warmup_steps=1), 10)
+    first = lrs(linear_schedule(opt(), 1, 4), 4)
+    second = lrs(linear_schedule(opt(), 1, 6), 6)
+    assert got == pytest.approx(first + second)  # the second phase warms up again from its own start

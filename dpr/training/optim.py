@@ -70,6 +70,25 @@ def linear_schedule(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def phased_schedule(optimizer: torch.optim.Optimizer, phases: list[int], warmup_steps: int = 0,
+                    warmup_ratio: float = 0.1) -> torch.optim.lr_scheduler.LambdaLR:
+    """DPR's warm-up/decay run once per phase: ``phases`` are consecutive step counts (e.g. the frozen-index
+    phase, then the two-tower phase), each with its own warm-up (``warmup_steps``, else ``warmup_ratio`` of the
+    phase) and linear decay to 0 -- a second phase must not inherit the first one's decayed tail."""
+    phases = [int(n) for n in phases if int(n) > 0] or [1]
+    bounds = [sum(phases[:i]) for i in range(len(phases) + 1)]
+    warm = [resolve_warmup(warmup_steps, warmup_ratio, n) for n in phases]
+
+    def factor(step: int) -> float:
+        i = next((k for k in range(len(phases)) if step < bounds[k + 1]), len(phases) - 1)
+        local, n, w = step - bounds[i], phases[i], warm[i]
+        if local < w:
+            return float(local + 1) / float(w + 1)
+        return max(0.0, float(n - local) / float(max(1, n - w)))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
 def clip_gradients(
     params: Iterable[torch.nn.Parameter],
     max_norm: float,

@@ -35,7 +35,7 @@ from dpr.training.data import TrainBatches, load_examples
 from dpr.training.grad_cache import make_step
 from dpr.training.loop import Trainer, TrainState
 from dpr.training.metrics_log import MetricsLogger
-from dpr.training.optim import build_optimizer, linear_schedule, resolve_warmup
+from dpr.training.optim import build_optimizer, phased_schedule
 from dpr.training.teacher import BM25Teacher
 from dpr.training.validation import Validator, load_corpus
 
@@ -147,7 +147,8 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
             + (" (or set train.dedup_positives=false: many questions share a positive)" if tc.dedup_positives else "")
         )
     optimizer = build_optimizer(model, tc.lr, tc.weight_decay, tuple(tc.adam_betas), tc.adam_eps)
-    scheduler = linear_schedule(optimizer, resolve_warmup(tc.warmup_steps, tc.warmup_ratio, total), total)
+    # one warm-up/decay per phase: the frozen-index steps, then the two-tower steps
+    scheduler = phased_schedule(optimizer, [tc.frozen_steps, total - tc.frozen_steps], tc.warmup_steps, tc.warmup_ratio)
 
     needs_corpus = tc.frozen_steps > 0 or tc.corpus_negatives
     corpus_texts = None
