@@ -19,19 +19,25 @@ def _dpr_train() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "dpr.cli.train"]
 
 
-def test_multirun_writes_run_dirs_and_summary(tiny_model_dir, tiny_data_dir, tmp_path):
+def _tiny_sweep(tiny_model_dir, tiny_data_dir, tmp_path, *overrides: str) -> Path:
+    """``dpr-train -m`` on the tiny data and model; returns the sweep directory."""
     conf = tmp_path / "conf"
     (conf / "data").mkdir(parents=True)
     (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
     sweep = tmp_path / "sweep"
     cmd = [*_dpr_train(), "-m", "--config-dir", str(conf), "data=tiny", f"data_dir={tiny_data_dir}",
            f"output_dir={sweep}", "model=tiny", f"model.name={tiny_model_dir}", "train.max_steps=2",
-           "train.batch_size=4", "train.val_batch_size=8", "train.lr=1e-3,1e-4"]
+           "train.batch_size=4", "train.val_batch_size=8", *overrides]
     env = dict(os.environ, WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false", HYDRA_FULL_ERROR="1",
                OMP_NUM_THREADS="1")
     env.pop("RANK", None)
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return sweep
+
+
+def test_multirun_writes_run_dirs_and_summary(tiny_model_dir, tiny_data_dir, tmp_path):
+    sweep = _tiny_sweep(tiny_model_dir, tiny_data_dir, tmp_path, "train.lr=1e-3,1e-4")
 
     runs = sorted(p.parent for p in sweep.glob("*/train_summary.json"))
     assert len(runs) == 2
@@ -81,17 +87,7 @@ def test_sweep_subdir_names_the_swept_keys_in_one_safe_path_component():
 
 
 def test_sweep_over_two_losses_writes_two_runs_and_one_summary(tiny_model_dir, tiny_data_dir, tmp_path):
-    conf = tmp_path / "conf"
-    (conf / "data").mkdir(parents=True)
-    (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
-    sweep = tmp_path / "sweep"
-    cmd = [*_dpr_train(), "-m", "--config-dir", str(conf), "data=tiny", f"data_dir={tiny_data_dir}",
-           f"output_dir={sweep}", "model=tiny", f"model.name={tiny_model_dir}", "train.max_steps=2",
-           "train.batch_size=4", "train.val_batch_size=8", "train.save_every=0", "loss=softmax_nll,hinge"]
-    env = dict(os.environ, WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
-    env.pop("RANK", None)
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep = _tiny_sweep(tiny_model_dir, tiny_data_dir, tmp_path, "train.save_every=0", "loss=softmax_nll,hinge")
     runs = sorted(p.parent for p in sweep.glob("*/train_summary.json"))
     assert [r.name for r in runs] == ["0_loss=softmax_nll", "1_loss=hinge"]
     targets = [json.loads((r / "train_summary.json").read_text())["config"]["loss"]["_target_"] for r in runs]

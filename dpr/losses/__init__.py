@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from dpr.losses.base import LossOutput, PairMasks, gather_passages, rank_stats
+from dpr.losses.base import LossOutput, PairMasks, gather_passages, loss_output, rank_stats, score_pool
 from dpr.losses.hinge import HingeLoss
 from dpr.losses.lexical_distill import LexicalDistillLoss
 from dpr.losses.softmax_nll import SoftmaxNLLLoss, masked_softmax_nll
 
 __all__ = ["LossOutput", "PairMasks", "SoftmaxNLLLoss", "HingeLoss", "LexicalDistillLoss", "build_loss", "gather_passages",
-           "masked_softmax_nll", "rank_stats"]
+           "masked_softmax_nll", "rank_stats", "score_pool", "loss_output"]
 
 
 def build_loss(cfg: Mapping[str, Any] | None):

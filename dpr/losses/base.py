@@ -104,3 +104,22 @@ def rank_stats(scores: torch.Tensor, masks: PairMasks) -> tuple[float, float]:
     negatives = ~(masks.positive | masks.ignore)
     ranks = ((scores > best_pos) & negatives).sum(dim=1).float()
     return float((ranks == 0).float().mean()), float(ranks.mean())
+
+
+def score_pool(q: torch.Tensor, p: torch.Tensor, masks: PairMasks, similarity: Similarity,
+               gather: bool = True) -> tuple[torch.Tensor, PairMasks]:
+    """What every loss does first: check shapes, gather the pool, check the masks against it, and score
+    every (question, candidate) pair in fp32 (even under autocast). Returns ``(scores [B, N], masks)``."""
+    if q.dim() != 2 or p.dim() != 2 or q.shape[1] != p.shape[1]:
+        raise ValueError(f"expected q [B, D] and p [N, D] with the same D, got {tuple(q.shape)} and {tuple(p.shape)}")
+    pool = gather_passages(p, gather)
+    masks = masks.to(q.device)
+    masks.validate(q.shape[0], pool.shape[0])
+    return similarity(q, pool).float(), masks
+
+
+def loss_output(loss: torch.Tensor, scores: torch.Tensor, masks: PairMasks) -> LossOutput:
+    """A loss's output with the shared figures (in-batch accuracy and rank, pool size, masked pairs)."""
+    accuracy, avg_rank = rank_stats(scores, masks)
+    return LossOutput(loss=loss, accuracy=accuracy, avg_rank=avg_rank, num_candidates=int(scores.shape[1]),
+                      masked=int(masks.ignore.sum()))

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from dpr.losses.base import LossOutput, PairMasks, Similarity, gather_passages, rank_stats
-from dpr.losses.softmax_nll import _check
+from dpr.losses.base import LossOutput, PairMasks, Similarity, loss_output, score_pool
 
 
 class HingeLoss:
@@ -26,16 +25,9 @@ class HingeLoss:
 
     def __call__(self, q: torch.Tensor, p: torch.Tensor, masks: PairMasks, similarity: Similarity,
                  gather: bool = True) -> LossOutput:
-        _check(q, p)
-        pool = gather_passages(p, gather)
-        masks = masks.to(q.device)
-        masks.validate(q.shape[0], pool.shape[0])
-        scores = similarity(q, pool).float()
+        scores, masks = score_pool(q, p, masks, similarity, gather)
         neg_inf = torch.finfo(scores.dtype).min
         best_pos = scores.masked_fill(~masks.positive, neg_inf).max(dim=1, keepdim=True).values
         negatives = ~(masks.positive | masks.ignore)
         violation = torch.relu(self.margin - best_pos + scores) * negatives
-        loss = (violation.sum(dim=1) / negatives.sum(dim=1).clamp(min=1)).mean()
-        accuracy, avg_rank = rank_stats(scores, masks)
-        return LossOutput(loss=loss, accuracy=accuracy, avg_rank=avg_rank, num_candidates=int(pool.shape[0]),
-                          masked=int(masks.ignore.sum()))
+        return loss_output((violation.sum(dim=1) / negatives.sum(dim=1).clamp(min=1)).mean(), scores, masks)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from dpr.losses.base import LossOutput, PairMasks, Similarity, gather_passages, rank_stats
-from dpr.losses.softmax_nll import _check, masked_softmax_nll
+from dpr.losses.base import LossOutput, PairMasks, Similarity, loss_output, score_pool
+from dpr.losses.softmax_nll import masked_softmax_nll
 
 
 class LexicalDistillLoss:
@@ -28,20 +28,13 @@ class LexicalDistillLoss:
 
     def __call__(self, q: torch.Tensor, p: torch.Tensor, masks: PairMasks, similarity: Similarity,
                  gather: bool = True) -> LossOutput:
-        _check(q, p)
-        pool = gather_passages(p, gather)
-        masks = masks.to(q.device)
-        masks.validate(q.shape[0], pool.shape[0])
+        scores, masks = score_pool(q, p, masks, similarity, gather)
         if masks.teacher is None or tuple(masks.teacher.shape) != tuple(masks.positive.shape):
             raise ValueError("lexical_distill needs the teacher's scores of every (question, candidate) pair")
-        scores = similarity(q, pool).float()
         nll = masked_softmax_nll(scores, masks)
         neg_inf = torch.finfo(scores.dtype).min
         log_student = torch.log_softmax(scores.masked_fill(masks.ignore, neg_inf), dim=1)
         teacher = torch.softmax((masks.teacher.float() / self.tau).masked_fill(masks.ignore, neg_inf), dim=1)
         # KL(teacher || student), ignored pairs have zero teacher mass and drop out
         kl = (teacher * (torch.log(teacher.clamp(min=1e-12)) - log_student)).masked_fill(masks.ignore, 0.0).sum(dim=1)
-        loss = (nll + self.alpha * kl).mean()
-        accuracy, avg_rank = rank_stats(scores, masks)
-        return LossOutput(loss=loss, accuracy=accuracy, avg_rank=avg_rank, num_candidates=int(pool.shape[0]),
-                          masked=int(masks.ignore.sum()))
+        return loss_output((nll + self.alpha * kl).mean(), scores, masks)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from dpr.losses.base import LossOutput, PairMasks, Similarity, gather_passages, rank_stats
+from dpr.losses.base import LossOutput, PairMasks, Similarity, loss_output, score_pool
 
 
 class SoftmaxNLLLoss:
@@ -24,15 +24,8 @@ class SoftmaxNLLLoss:
 
     def __call__(self, q: torch.Tensor, p: torch.Tensor, masks: PairMasks, similarity: Similarity,
                  gather: bool = True) -> LossOutput:
-        _check(q, p)
-        pool = gather_passages(p, gather)
-        masks = masks.to(q.device)
-        masks.validate(q.shape[0], pool.shape[0])
-        scores = similarity(q, pool).float()  # fp32 softmax even under autocast
-        loss = masked_softmax_nll(scores, masks).mean()
-        accuracy, avg_rank = rank_stats(scores, masks)
-        return LossOutput(loss=loss, accuracy=accuracy, avg_rank=avg_rank, num_candidates=int(pool.shape[0]),
-                          masked=int(masks.ignore.sum()))
+        scores, masks = score_pool(q, p, masks, similarity, gather)
+        return loss_output(masked_softmax_nll(scores, masks).mean(), scores, masks)
 
 
 def masked_softmax_nll(scores: torch.Tensor, masks: PairMasks) -> torch.Tensor:
@@ -42,7 +35,3 @@ def masked_softmax_nll(scores: torch.Tensor, masks: PairMasks) -> torch.Tensor:
     positives = scores.masked_fill(~masks.positive, neg_inf)
     return torch.logsumexp(valid, dim=1) - torch.logsumexp(positives, dim=1)
 
-
-def _check(q: torch.Tensor, p: torch.Tensor) -> None:
-    if q.dim() != 2 or p.dim() != 2 or q.shape[1] != p.shape[1]:
-        raise ValueError(f"expected q [B, D] and p [N, D] with the same D, got {tuple(q.shape)} and {tuple(p.shape)}")
