@@ -1,12 +1,19 @@
-"""Shared plumbing for the thin Hydra entry points: where the configs live and how errors surface."""
+"""Shared plumbing for the thin Hydra entry points: where the configs live, how errors surface, and
+how paths given on the command line are read (relative to where the user ran the command)."""
 
 from __future__ import annotations
 
+import datetime
 import functools
 import logging
+import os
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 from typing import Callable
+
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dpr.errors import DataError
 
@@ -15,25 +22,139 @@ CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 log = logging.getLogger("dpr")
 
+# Path-valued environment variables the configs read (``${oc.env:...}``): made absolute at start-up so
+# that a relative value means "relative to where the command was run" in this process, in Hydra's run
+# directory and in every subprocess (torchrun workers, tests' subprocesses in other directories).
+PATH_ENV_VARS = ("DPR_DATA_MIRROR", "DPR_DATA_CACHE")
+# Config keys (dotted) holding paths that are resolved the same way before the command runs.
+PATH_KEYS = ("data_dir", "output_dir", "data.mirror_dir", "data.cache_dir", "passages", "output", "embeddings",
+             "model_path", "index_path", "qa", "queries", "qrels", "bm25", "dense", "bm25_dev", "dense_dev",
+             "qrels_dev")
+# Expected failures: one line, exit 2. Anything else is a bug: one line + the traceback in a log file.
+EXPECTED = (DataError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError, ValueError)
+
+
+def launch_dir() -> Path:
+    """Where the user ran the command: Hydra's original cwd when Hydra changed into its run directory
+    (``hydra.job.chdir=true``), else the current directory."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.cwd)
+    except Exception:  # not under Hydra (plain Python use)
+        return Path.cwd()
+
+
+def user_path(path: str | os.PathLike, base: Path | None = None) -> Path:
+    """``path`` made absolute against the launch directory (``~`` expanded); absolute paths as given."""
+    p = Path(os.path.expanduser(str(path)))
+    return p if p.is_absolute() else (base or launch_dir()) / p
+
+
+def absolutize_env(names: tuple[str, ...] = PATH_ENV_VARS, base: Path | None = None) -> None:
+    """Rewrite relative path variables of the environment as absolute paths (see PATH_ENV_VARS)."""
+    for name in names:
+        value = os.environ.get(name)
+        if value and not Path(os.path.expanduser(value)).is_absolute():
+            os.environ[name] = str(user_path(value, base))
+
+
+def _looks_like_path(key: str, value: object) -> bool:
+    # model_path may be a hub name ("sentence-transformers/all-MiniLM-L6-v2"): keep it unless it exists here
+    if not isinstance(value, str) or not value or value.startswith(("http://", "https://")):
+        return False
+    if key == "model_path":
+        return (launch_dir() / value).exists()
+    return True
+
+
+def absolutize_cfg(cfg: DictConfig, keys: tuple[str, ...] = PATH_KEYS) -> None:
+    """Resolve the path keys of ``cfg`` present and set (relative → launch directory), in place."""
+    base = launch_dir()
+    with open_dict(cfg):
+        for key in keys:
+            try:
+                value = OmegaConf.select(cfg, key, throw_on_missing=False)
+            except Exception:  # an interpolation that cannot resolve: left for the command to report
+                continue
+            if _looks_like_path(key, value):
+                OmegaConf.update(cfg, key, str(user_path(value, base)), merge=False)
+
+
+def error_log_dir() -> Path:
+    """Where tracebacks of unexpected errors go: ``$DPR_LOG_DIR`` or ``<tmp>/dpr-errors``."""
+    return Path(os.environ.get("DPR_LOG_DIR") or Path(tempfile.gettempdir()) / "dpr-errors")
+
+
+def write_error_log(command: str, err: BaseException) -> Path | None:
+    """The full traceback of ``err`` in a fresh log file; None when even that cannot be written."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    try:
+        d = error_log_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{command}-{stamp}-{os.getpid()}.log"
+        path.write_text(f"{command} {' '.join(sys.argv[1:])}\n"
+                        + "".join(traceback.format_exception(type(err), err, err.__traceback__)), encoding="utf-8")
+        return path
+    except OSError:
+        return None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
 
 def report_errors(command: str) -> Callable:
-    """Turn expected failures (bad input, missing files) into one line on stderr and exit status 2.
+    """Every failure as one line on stderr and a non-zero exit, never a traceback.
 
-    Hydra would otherwise print a traceback; users want the file, line and field.
+    Expected failures (bad input, missing files, bad values) → ``<command>: error: ...``, exit 2.
+    Ctrl-C → ``<command>: interrupted``, exit 130. Anything else is a bug → one line naming the
+    exception and a log file holding the traceback, exit 1. Before the command runs, relative paths
+    in the environment and the config are made absolute against the launch directory.
     """
 
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def inner(*args, **kwargs):
             try:
+                absolutize_env()
+                for a in args:
+                    if isinstance(a, DictConfig):
+                        absolutize_cfg(a)
                 return fn(*args, **kwargs)
-            except (DataError, FileNotFoundError, FileExistsError, ValueError) as err:
-                print(f"{command}: error: {err}", file=sys.stderr)
+            except EXPECTED as err:
+                print(f"{command}: error: {_one_line(err)}", file=sys.stderr)
                 sys.exit(2)
+            except KeyboardInterrupt:
+                print(f"{command}: interrupted", file=sys.stderr)
+                sys.exit(130)
+            except RecursionError as err:
+                print(f"{command}: error: input nested too deeply ({_one_line(err)})", file=sys.stderr)
+                sys.exit(2)
+            except Exception as err:  # noqa: BLE001 - the last line of defence: one line + a log file
+                path = write_error_log(command, err)
+                where = f"; traceback in {path}" if path else ""
+                print(f"{command}: unexpected error: {type(err).__name__}: {_one_line(err)[:300]}{where}",
+                      file=sys.stderr)
+                sys.exit(1)
 
         return inner
 
     return wrap
+
+
+def quiet_interrupt(main: Callable[[], None], command: str) -> Callable[[], None]:
+    """Wrap a console-script entry point: Ctrl-C during start-up (Hydra composing, imports) is one line too."""
+
+    @functools.wraps(main)
+    def inner() -> None:
+        try:
+            main()
+        except KeyboardInterrupt:
+            print(f"{command}: interrupted", file=sys.stderr)
+            sys.exit(130)
+
+    return inner
 
 
 def rename_overrides(argv: list[str], renames: dict[str, str]) -> list[str]:
