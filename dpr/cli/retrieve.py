@@ -22,6 +22,8 @@ def _require(cfg: DictConfig, *keys: str) -> None:
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="retrieve")
 @report_errors("dpr-retrieve")
 def _run(cfg: DictConfig) -> None:
+    if int(cfg.k) < 1:  # k=0 would write a results file with no passages in it
+        raise ValueError(f"k must be >= 1, got {cfg.k}")
     if cfg.mode == "hybrid":
         from dpr.retrieve import hybrid_retrieve
 
@@ -36,9 +38,12 @@ def _run(cfg: DictConfig) -> None:
         return
     if cfg.mode != "dense":
         raise ValueError(f"mode must be 'dense' or 'hybrid', got {cfg.mode!r}")
+    from dpr.index.fingerprint import check_index_matches
     from dpr.retrieve import dense_retrieve
 
     _require(cfg, "model_path", "index_path")
+    # before any question is encoded: an index from another model or passages file is refused up front
+    check_index_matches(cfg.index_path, cfg.model_path, cfg.passages or None)
     out = dense_retrieve(
         cfg.model_path, cfg.index_path, cfg.passages, cfg.qa, cfg.output, k=cfg.k,
         queries_path=cfg.queries, qrels_path=cfg.qrels, batch_size=cfg.batch_size,
