@@ -152,3 +152,145 @@ def test_concurrent_writers_are_serialised(tmp_path):
     contents = {f.read_text() for f in out.iterdir()}
     assert len(list(out.iterdir())) == 5 and len(contents) == 1
     assert _temps(tmp_path) == []
+
+
+# --- real SIGKILLs of the commands, then the same command again -----------------------------------------
+
+def _run_killed(cmd: list[str], trigger, cwd: Path, delay: float = 0.0) -> bool:
+    """Start ``cmd``; SIGKILL it once ``trigger()`` holds (then ``delay`` more seconds). False when the
+    command finished before the kill point (nothing was killed)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 300
+    while not trigger():
+        if proc.poll() is not None or time.monotonic() > end:
+            proc.communicate()
+            return False
+        time.sleep(0.002)
+    time.sleep(delay)
+    if proc.poll() is not None:
+        return False
+    _kill(proc)
+    proc.stderr.close()
+    return True
+
+
+def _run(cmd: list[str], cwd: Path) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _glob(d: Path, pattern: str):
+    return lambda: d.exists() and any(d.glob(pattern))
+
+
+def _big_passages(path: Path, n: int = 600) -> Path:
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("id\ttext\ttitle\n")
+        for i in range(n):
+            f.write(f"x{i}\t{' '.join(words[(i * 7 + j) % 12] for j in range(40 + i % 30))} {i}\tT{i % 50}\n")
+    return path
+
+
+def test_dpr_encode_killed_at_several_points_resumes_identically(tiny_model_dir, tmp_path):
+    passages = _big_passages(tmp_path / "passages.tsv")
+    base = [str(BIN / "dpr-encode"), f"model={tiny_model_dir}", f"passages={passages}", "num_shards=3",
+            "batch_size=32", "dtype=float32", "device=cpu", "autocast=off"]
+    _run(base + [f"output_dir={tmp_path / 'ref'}"], tmp_path)
+    out = tmp_path / "emb"
+    cmd = base + [f"output_dir={out}"]
+    kills = [
+        _run_killed(cmd, _glob(out, ".shard_000_of_003.npy.tmp"), tmp_path),             # mid shard 0
+        _run_killed(cmd, _glob(out, "shard_001_of_003.json"), tmp_path),                  # after shard 1
+    ]
+    assert any(kills), kills
+    _run(cmd, tmp_path)
+    assert _temps(out) == []
+    _same_tree(out, tmp_path / "ref", ignore=tuple(f"shard_{i:03d}_of_003.json" for i in range(3)))
+    import numpy as np  # manifests differ only in timings
+
+    from dpr.index.shards import list_shards
+    assert [s.count for s in list_shards(out)] == [200, 200, 200]
+    for a, b in zip(list_shards(out), list_shards(tmp_path / "ref")):
+        assert np.array_equal(a.vectors(), b.vectors())
+
+
+def test_dpr_index_killed_then_rerun_identical(tmp_path):
+    import numpy as np
+
+    from dpr.index.shards import write_shard
+
+    x = np.random.default_rng(0).standard_normal((6000, 32)).astype(np.float32)
+    for i in range(2):
+        write_shard(tmp_path / "emb", i, 2, x[i * 3000:(i + 1) * 3000], [f"d{j}" for j in range(i * 3000, (i + 1) * 3000)])
+    base = [str(BIN / "dpr-index"), f"embeddings={tmp_path / 'emb'}", "index=hnsw"]
+    _run(base + [f"output={tmp_path / 'ref' / 'index.faiss'}"], tmp_path)
+    out = tmp_path / "out"
+    cmd = base + [f"output={out / 'index.faiss'}"]
+    kills = [_run_killed(cmd, _glob(out, ".index.faiss.*.tmp"), tmp_path),
+             _run_killed(cmd, lambda: (out / "index.faiss").exists(), tmp_path)]
+    assert any(kills), kills
+    _run(cmd, tmp_path)
+    assert _temps(tmp_path) == []
+    for name in ("index.faiss", "index.faiss.ids"):
+        assert filecmp.cmp(out / name, tmp_path / "ref" / name, shallow=False), name
+
+
+def test_dpr_bm25_mine_killed_then_rerun_identical(tmp_path):
+    from conftest import write_tiny_dataset
+
+    def dataset(root: Path) -> Path:
+        write_tiny_dataset(root / "tiny")
+        _big_passages(root / "tiny" / "passages.tsv", 20000)
+        with open(root / "tiny" / "passages.tsv", "a", encoding="utf-8") as f:
+            from conftest import TINY_PASSAGES
+            for pid, text, title in TINY_PASSAGES:
+                f.write(f"{pid}\t{text}\t{title}\n")
+        return root
+
+    def cmd(root: Path) -> list[str]:
+        return [str(BIN / "dpr-bm25"), "data=squad1_open", "data.name=tiny", "data.kind=qa", f"data_dir={root}",
+                "mine=true", "num_negatives=3"]
+
+    ref, run = dataset(tmp_path / "ref"), dataset(tmp_path / "run")
+    _run(cmd(ref), tmp_path)
+    tiny = run / "tiny"
+    kills = [_run_killed(cmd(run), _glob(tiny, ".bm25_index.*.tmp"), tmp_path),
+             _run_killed(cmd(run), lambda: (tiny / "bm25_index").exists(), tmp_path, delay=0.3),
+             _run_killed(cmd(run), _glob(tiny, ".train.json.*.tmp"), tmp_path)]
+    assert any(kills), kills
+    _run(cmd(run), tmp_path)
+    assert _temps(run) == []
+    for name in ("train.json", "dev.json"):
+        assert filecmp.cmp(tiny / name, ref / "tiny" / name, shallow=False), name
+
+
+def test_two_concurrent_dpr_bm25_mine_runs(tmp_path):
+    """Before: the second crashed with "Directory not empty". Now both succeed, one after the other."""
+    from conftest import write_tiny_dataset
+
+    write_tiny_dataset(tmp_path / "data" / "tiny")
+    write_tiny_dataset(tmp_path / "ref" / "tiny")
+    args = ["data=squad1_open", "data.name=tiny", "data.kind=qa", "mine=true", "num_negatives=3", "force=true"]
+    _run([str(BIN / "dpr-bm25"), *args, f"data_dir={tmp_path / 'ref'}"], tmp_path)
+    procs = [subprocess.Popen([str(BIN / "dpr-bm25"), *args, f"data_dir={tmp_path / 'data'}"], cwd=tmp_path,
+                              env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    assert _temps(tmp_path) == []
+    for name in ("train.json", "dev.json"):
+        assert filecmp.cmp(tmp_path / "data" / "tiny" / name, tmp_path / "ref" / "tiny" / name, shallow=False)
+
+
+def test_dpr_data_killed_then_rerun_identical_and_no_leftovers(mirror_dir, tmp_path):
+    cmd = [str(BIN / "dpr-data"), "data=nq_open_dev", f"data.mirror_dir={mirror_dir}"]
+    _run(cmd + [f"data_dir={tmp_path / 'ref'}"], tmp_path)
+    prep = tmp_path / "prep"
+    kills = [_run_killed(cmd + [f"data_dir={prep}"], _glob(prep, ".nq_open_dev.*.tmp"), tmp_path, delay=d)
+             for d in (0.0, 0.2)]
+    assert any(kills), kills
+    _run(cmd + [f"data_dir={prep}"], tmp_path)
+    assert sorted(p.name for p in prep.iterdir()) == ["nq_open_dev"]
+    _same_tree(prep / "nq_open_dev", tmp_path / "ref" / "nq_open_dev", ignore=("meta.json",))
