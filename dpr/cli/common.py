@@ -31,7 +31,8 @@ PATH_KEYS = ("data_dir", "output_dir", "data.mirror_dir", "data.cache_dir", "pas
              "model_path", "index_path", "qa", "queries", "qrels", "bm25", "dense", "bm25_dev", "dense_dev",
              "qrels_dev")
 # Expected failures: one line, exit 2. Anything else is a bug: one line + the traceback in a log file.
-EXPECTED = (DataError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError, ValueError)
+# OSError covers missing/unwritable paths, full disks and models that cannot be found or loaded.
+EXPECTED = (DataError, OSError, ValueError)
 
 
 def launch_dir() -> Path:
@@ -81,6 +82,35 @@ def absolutize_cfg(cfg: DictConfig, keys: tuple[str, ...] = PATH_KEYS) -> None:
                 OmegaConf.update(cfg, key, str(user_path(value, base)), merge=False)
 
 
+def check_writable(path: str | os.PathLike, what: str = "output") -> Path:
+    """Fail now, before any work, if ``path`` (a file or directory to be written) cannot be created:
+    the nearest existing ancestor must be a writable directory. Creates nothing."""
+    p = user_path(path)
+    probe = p.parent
+    while not os.path.lexists(probe):
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NotADirectoryError(f"{what} {p}: cannot be created, {probe} is not a directory")
+    try:  # os.access lies for root and on some file systems: really create (and delete) a file
+        fd, name = tempfile.mkstemp(prefix=".dpr-write-check.", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as err:
+        raise PermissionError(f"{what} {p}: {probe} is not writable ({err.strerror})") from None
+    return p
+
+
+def check_model_path(model_path: str) -> None:
+    """A model given as a path must exist. Hugging Face would call a missing ``runs/x/model`` a badly
+    formed repo id; a hub name (``name`` or ``org/name``) is left to the loader."""
+    value = str(model_path)
+    if user_path(value).exists():
+        return
+    looks_local = value.startswith((".", "/", "~")) or value.count("/") > 1 or os.sep != "/" and os.sep in value
+    if looks_local:
+        raise FileNotFoundError(f"model not found: {value} (no such directory)")
+
+
 def error_log_dir() -> Path:
     """Where tracebacks of unexpected errors go: ``$DPR_LOG_DIR`` or ``<tmp>/dpr-errors``."""
     return Path(os.environ.get("DPR_LOG_DIR") or Path(tempfile.gettempdir()) / "dpr-errors")
@@ -104,13 +134,14 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def report_errors(command: str) -> Callable:
+def report_errors(command: str, outputs: tuple[str, ...] = ()) -> Callable:
     """Every failure as one line on stderr and a non-zero exit, never a traceback.
 
     Expected failures (bad input, missing files, bad values) → ``<command>: error: ...``, exit 2.
     Ctrl-C → ``<command>: interrupted``, exit 130. Anything else is a bug → one line naming the
     exception and a log file holding the traceback, exit 1. Before the command runs, relative paths
-    in the environment and the config are made absolute against the launch directory.
+    in the environment and the config are made absolute against the launch directory, and the config
+    keys named in ``outputs`` (where the command writes) are checked writable.
     """
 
     def wrap(fn: Callable) -> Callable:
@@ -121,6 +152,10 @@ def report_errors(command: str) -> Callable:
                 for a in args:
                     if isinstance(a, DictConfig):
                         absolutize_cfg(a)
+                        for key in outputs:
+                            value = OmegaConf.select(a, key, default=None)
+                            if isinstance(value, str) and value:
+                                check_writable(value, key)
                 return fn(*args, **kwargs)
             except EXPECTED as err:
                 print(f"{command}: error: {_one_line(err)}", file=sys.stderr)
@@ -143,18 +178,22 @@ def report_errors(command: str) -> Callable:
     return wrap
 
 
-def quiet_interrupt(main: Callable[[], None], command: str) -> Callable[[], None]:
-    """Wrap a console-script entry point: Ctrl-C during start-up (Hydra composing, imports) is one line too."""
+def quiet_interrupt(command: str) -> Callable:
+    """Decorate a console-script entry point: Ctrl-C during start-up (Hydra composing, imports) is one
+    line too."""
 
-    @functools.wraps(main)
-    def inner() -> None:
-        try:
-            main()
-        except KeyboardInterrupt:
-            print(f"{command}: interrupted", file=sys.stderr)
-            sys.exit(130)
+    def wrap(main: Callable[[], None]) -> Callable[[], None]:
+        @functools.wraps(main)
+        def inner() -> None:
+            try:
+                main()
+            except KeyboardInterrupt:
+                print(f"{command}: interrupted", file=sys.stderr)
+                sys.exit(130)
 
-    return inner
+        return inner
+
+    return wrap
 
 
 def rename_overrides(argv: list[str], renames: dict[str, str]) -> list[str]:

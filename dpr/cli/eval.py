@@ -21,10 +21,12 @@ def _as_list(value) -> list[str]:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="eval")
-@report_errors("dpr-eval")
+@report_errors("dpr-eval", outputs=("output_dir",))
 def main(cfg: DictConfig) -> None:
     from dpr.eval.report import evaluate_qa, evaluate_qrels, system_names
 
+    if int(cfg.resamples) < 1:
+        raise ValueError(f"resamples must be >= 1 (bootstrap draws), got {cfg.resamples}")
     paths = _as_list(cfg.results)
     if not paths:
         raise ValueError("no results files: give results=[<file>,...]")

@@ -9,7 +9,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from dpr.cli.common import CONF_DIR, rename_overrides, report_errors
+from dpr.cli.common import CONF_DIR, check_model_path, quiet_interrupt, rename_overrides, report_errors
 
 
 def _require(cfg: DictConfig, *keys: str) -> None:
@@ -19,8 +19,22 @@ def _require(cfg: DictConfig, *keys: str) -> None:
         raise ValueError(f"mode={cfg.mode} needs {', '.join(m + '=' for m in missing)}")
 
 
+def _require_questions(cfg: DictConfig) -> None:
+    """An empty question set would write an empty results file that later looks like a finished run."""
+    if cfg.qa:
+        from dpr.retrieve import read_questions
+
+        if not read_questions(cfg.qa):
+            raise ValueError(f"{cfg.qa}: no questions")
+    elif cfg.queries:
+        from dpr.retrieve import read_split_queries
+
+        if not read_split_queries(cfg.queries, cfg.qrels or None):
+            raise ValueError(f"{cfg.queries}: no queries" + (f" judged in {cfg.qrels}" if cfg.qrels else ""))
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="retrieve")
-@report_errors("dpr-retrieve")
+@report_errors("dpr-retrieve", outputs=("output",))
 def _run(cfg: DictConfig) -> None:
     if int(cfg.k) < 1:  # k=0 would write a results file with no passages in it
         raise ValueError(f"k must be >= 1, got {cfg.k}")
@@ -42,6 +56,8 @@ def _run(cfg: DictConfig) -> None:
     from dpr.retrieve import dense_retrieve
 
     _require(cfg, "model_path", "index_path")
+    check_model_path(cfg.model_path)
+    _require_questions(cfg)
     # before any question is encoded: an index from another model or passages file is refused up front
     check_index_matches(cfg.index_path, cfg.model_path, cfg.passages or None)
     out = dense_retrieve(
@@ -54,6 +70,7 @@ def _run(cfg: DictConfig) -> None:
     print(f"dpr-retrieve: {len(out)} questions → {cfg.output}")
 
 
+@quiet_interrupt("dpr-retrieve")
 def main() -> None:
     sys.argv[1:] = rename_overrides(sys.argv[1:], {"model": "model_path", "index": "index_path"})
     _run()

@@ -19,7 +19,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from dpr.cli.common import CONF_DIR, report_errors
+from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +67,34 @@ class SweepSummaryCallback(Callback):
         write_sweep_summary(config.hydra.sweep.dir)
 
 
+def check_steps(cfg: DictConfig) -> None:
+    """Refuse a run that would take no optimiser step: it would save the starting weights as a trained run."""
+    from dpr.data.dataset import DatasetPaths
+    from dpr.data.retriever_json import read_retriever_json
+
+    t = cfg.train
+    max_steps, epochs = int(t.get("max_steps", 0) or 0), int(t.get("epochs", 0) or 0)
+    if max_steps < 0 or epochs < 0:
+        raise ValueError(f"train.max_steps and train.epochs must be >= 0, got {max_steps}, {epochs}")
+    if max_steps == 0 and epochs == 0:
+        raise ValueError("zero training steps: set train.max_steps > 0 or train.epochs > 0")
+    if max_steps == 0:  # epochs decide: the incomplete last batch is dropped
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        per_step = int(t.batch_size) * world * int(t.get("grad_accumulation_steps", 1) or 1)
+        train_file = DatasetPaths.of(cfg.data_dir, cfg.data.name).train
+        if train_file.is_file():
+            n = len(read_retriever_json(train_file))
+            if n < per_step:
+                raise ValueError(f"{train_file}: {n} training questions make zero steps per epoch at "
+                                 f"{per_step} questions per step (train.batch_size x devices x accumulation)")
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 @report_errors("dpr-train")
 def _run(cfg: DictConfig) -> None:
     from dpr.training.trainer import train
 
+    check_steps(cfg)
     hc = HydraConfig.get()
     # In a sweep each job's own directory (sweep dir / subdir) is its output_dir.
     cfg.output_dir = hc.runtime.output_dir
@@ -91,6 +114,7 @@ def _quiet_nonzero_rank(argv: list[str]) -> list[str]:
     return argv + [f"{k}={v}" for k, v in extra.items() if k not in given]
 
 
+@quiet_interrupt("dpr-train")
 def main() -> None:
     sys.argv = _quiet_nonzero_rank(sys.argv)
     _run()
