@@ -345,7 +345,9 @@ def test_degenerate_values_refused(tmp_path, tiny_data_dir, tiny_model_dir):
     _one_line(_cli("dpr-bm25", "data=squad1_open", "data.name=tiny", f"data_dir={tiny_data_dir}", "k=0",
                    f"output={tmp_path / 'b.json'}"), "k and depth must be >= 1")
     empty = _write(tmp_path, "empty.qa.tsv", "")
-    _one_line(_cli("dpr-retrieve", f"model={tiny_model_dir}", f"index={tmp_path / 'i.faiss'}",
+    index = tmp_path / "i.faiss"
+    index.write_bytes(b"")  # never read: the empty question set is refused first (no metadata: not checkable)
+    _one_line(_cli("dpr-retrieve", f"model={tiny_model_dir}", f"index={index}",
                    f"passages={tiny / 'passages.tsv'}", f"qa={empty}", f"output={tmp_path / 'o.json'}"),
               "no questions")
     train = ["dpr-train", "data=squad1_open", "data.name=tiny", f"data_dir={tiny_data_dir}",
@@ -383,3 +385,20 @@ def test_ctrl_c_is_one_line(tmp_path, tiny_model_dir):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1] == "dpr-encode: interrupted"
+
+
+@pytest.mark.parametrize("cmd, args, words", [
+    ("dpr-retrieve", ["k=abc"], ["config key k:", "Integer"]),
+    ("dpr-retrieve", ["+topk=5"], ["config key topk: unknown", "known keys"]),
+    ("dpr-index", ["index=ivfpq", "index.nprobe=x"], ["config key index.nprobe:"]),
+    ("dpr-encode", ["model=m", "passages=p", "batch_size=big"], ["config key batch_size:"]),
+    ("dpr-eval", ["results=[r]", "resamples=1.5"], ["config key resamples:"]),
+    ("dpr-bm25", ["data=squad1_open", "k1=high"], ["config key k1:", "Float"]),
+    ("dpr-data", ["data=squad1_open", "data.seed=x"], ["config key data.seed:"]),
+    ("dpr-train", ["model.temperature=abc"], ["config key model.temperature:", "Float"]),
+    ("dpr-train", ["+model.tempx=1"], ["config key model.tempx: unknown"]),
+])
+def test_config_values_are_type_checked(tmp_path, cmd, args, words):
+    out = {"dpr-retrieve": ["output=o.json"], "dpr-index": ["embeddings=e", "output=i.faiss"],
+           "dpr-encode": ["output_dir=e"], "dpr-eval": ["output_dir=e"], "dpr-train": [f"output_dir={tmp_path / 'run'}"]}
+    _one_line(_cli(cmd, *args, *out.get(cmd, []), cwd=tmp_path), *words)

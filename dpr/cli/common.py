@@ -134,14 +134,15 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def report_errors(command: str, outputs: tuple[str, ...] = ()) -> Callable:
+def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | None = None) -> Callable:
     """Every failure as one line on stderr and a non-zero exit, never a traceback.
 
     Expected failures (bad input, missing files, bad values) → ``<command>: error: ...``, exit 2.
     Ctrl-C → ``<command>: interrupted``, exit 130. Anything else is a bug → one line naming the
     exception and a log file holding the traceback, exit 1. Before the command runs, relative paths
-    in the environment and the config are made absolute against the launch directory, and the config
-    keys named in ``outputs`` (where the command writes) are checked writable.
+    in the environment and the config are made absolute against the launch directory, the config is
+    type-checked against ``dpr.cli.schemas.SCHEMAS[schema]``, and the config keys named in
+    ``outputs`` (where the command writes) are checked writable.
     """
 
     def wrap(fn: Callable) -> Callable:
@@ -151,6 +152,10 @@ def report_errors(command: str, outputs: tuple[str, ...] = ()) -> Callable:
                 absolutize_env()
                 for a in args:
                     if isinstance(a, DictConfig):
+                        if schema is not None:
+                            from dpr.cli.schemas import SCHEMAS, check_config
+
+                            check_config(a, SCHEMAS[schema])
                         absolutize_cfg(a)
                         for key in outputs:
                             value = OmegaConf.select(a, key, default=None)

@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="prepare")
-@report_errors("dpr-data", outputs=("data_dir",))
+@report_errors("dpr-data", outputs=("data_dir",), schema="prepare")
 def main(cfg: DictConfig) -> None:
     from dpr.data.prepare import prepare_dataset
 

@@ -11,7 +11,7 @@ from dpr.cli.common import CONF_DIR, quiet_interrupt, rename_overrides, report_e
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="encode")
-@report_errors("dpr-encode", outputs=("output_dir",))
+@report_errors("dpr-encode", outputs=("output_dir",), schema="encode")
 def _run(cfg: DictConfig) -> None:
     from dpr.cli.common import check_model_path
     from dpr.encode import encode_corpus

@@ -21,7 +21,7 @@ def _as_list(value) -> list[str]:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="eval")
-@report_errors("dpr-eval", outputs=("output_dir",))
+@report_errors("dpr-eval", outputs=("output_dir",), schema="eval")
 def main(cfg: DictConfig) -> None:
     from dpr.eval.report import evaluate_qa, evaluate_qrels, system_names
 

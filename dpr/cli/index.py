@@ -10,7 +10,7 @@ from dpr.index import build_and_save
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="index")
-@report_errors("dpr-index", outputs=("output",))
+@report_errors("dpr-index", outputs=("output",), schema="index")
 def main(cfg: DictConfig) -> None:
     params = OmegaConf.to_container(cfg.index, resolve=True)
     meta = build_and_save(cfg.embeddings, cfg.output, **params)

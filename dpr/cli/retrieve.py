@@ -34,7 +34,7 @@ def _require_questions(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="retrieve")
-@report_errors("dpr-retrieve", outputs=("output",))
+@report_errors("dpr-retrieve", outputs=("output",), schema="retrieve")
 def _run(cfg: DictConfig) -> None:
     if int(cfg.k) < 1:  # k=0 would write a results file with no passages in it
         raise ValueError(f"k must be >= 1, got {cfg.k}")
@@ -57,9 +57,9 @@ def _run(cfg: DictConfig) -> None:
 
     _require(cfg, "model_path", "index_path")
     check_model_path(cfg.model_path)
-    _require_questions(cfg)
-    # before any question is encoded: an index from another model or passages file is refused up front
+    # before any question is read or encoded: an index from another model or passages file is refused
     check_index_matches(cfg.index_path, cfg.model_path, cfg.passages or None)
+    _require_questions(cfg)
     out = dense_retrieve(
         cfg.model_path, cfg.index_path, cfg.passages, cfg.qa, cfg.output, k=cfg.k,
         queries_path=cfg.queries, qrels_path=cfg.qrels, batch_size=cfg.batch_size,

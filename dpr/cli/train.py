@@ -92,12 +92,36 @@ def check_steps(cfg: DictConfig) -> None:
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 @report_errors("dpr-train")
 def _run(cfg: DictConfig) -> None:
-    from dpr.training.trainer import train
+    from dpr import run_dir
 
-    check_steps(cfg)
     hc = HydraConfig.get()
     # In a sweep each job's own directory (sweep dir / subdir) is its output_dir.
-    cfg.output_dir = hc.runtime.output_dir
+    out = hc.runtime.output_dir
+    try:
+        _checked_start(cfg, out)
+    finally:  # refused or failed before training: the finished run's .hydra/ stays as it was
+        run_dir.discard_hydra_dir(out)
+    _train(cfg, hc, out)
+
+
+def _checked_start(cfg: DictConfig, out: str) -> None:
+    """Every check that must pass before the run directory is touched; then Hydra's .hydra/ is committed."""
+    from dpr import run_dir
+    from dpr.cli.schemas import SCHEMAS, check_config
+
+    check_config(cfg, SCHEMAS["train"])
+    check_steps(cfg)
+    conf = OmegaConf.to_container(cfg, resolve=True)
+    conf["output_dir"] = out
+    state = run_dir.prepare_run_dir(out, conf, overwrite=bool(cfg.get("overwrite", False)))
+    log.info("run directory %s: %s", out, state)
+    run_dir.commit_hydra_dir(out)
+
+
+def _train(cfg: DictConfig, hc, out: str) -> None:
+    from dpr.training.trainer import train
+
+    cfg.output_dir = out
     extra = {"overrides": list(hc.overrides.task)}
     if hc.mode == RunMode.MULTIRUN:
         extra["job_num"] = hc.job.num
@@ -106,9 +130,18 @@ def _run(cfg: DictConfig) -> None:
 
 
 def _quiet_nonzero_rank(argv: list[str]) -> list[str]:
-    """torchrun ranks > 0: no run dir, no ``.hydra/``, console logging only (rank 0 writes the outputs)."""
+    """torchrun ranks > 0: no run dir, no ``.hydra/``, console logging only (rank 0 writes the outputs).
+
+    Rank 0: Hydra writes its ``.hydra/`` to ``.hydra.pending/`` first, committed once the run directory
+    checks pass (`dpr.run_dir`), unless the user chose ``hydra.output_subdir`` themselves.
+    """
     if int(os.environ.get("RANK", "0")) == 0:
-        return argv
+        given = {a.split("=", 1)[0].lstrip("+~") for a in argv[1:]}
+        if "hydra.output_subdir" in given:
+            return argv
+        from dpr.run_dir import PENDING_HYDRA
+
+        return argv + [f"hydra.output_subdir={PENDING_HYDRA}"]
     extra = {"hydra.run.dir": ".", "hydra.output_subdir": "null", "hydra/job_logging": "stdout"}
     given = {a.split("=", 1)[0].lstrip("+~") for a in argv[1:]}
     return argv + [f"{k}={v}" for k, v in extra.items() if k not in given]
