@@ -402,3 +402,17 @@ def test_config_values_are_type_checked(tmp_path, cmd, args, words):
     out = {"dpr-retrieve": ["output=o.json"], "dpr-index": ["embeddings=e", "output=i.faiss"],
            "dpr-encode": ["output_dir=e"], "dpr-eval": ["output_dir=e"], "dpr-train": [f"output_dir={tmp_path / 'run'}"]}
     _one_line(_cli(cmd, *args, *out.get(cmd, []), cwd=tmp_path), *words)
+
+
+def test_unknown_qrels_document_ids_refused(tmp_path, tiny_data_dir):
+    from dpr.data.beir import check_qrels_corpus
+
+    passages = tiny_data_dir / "tiny" / "passages.tsv"
+    qrels = _write(tmp_path, "qrels.tsv", "query-id\tcorpus-id\tscore\nq1\tp1\t1\nq2\tp99\t1\n")
+    _raises(lambda p: check_qrels_corpus(p, passages), qrels, 3, "corpus-id", "unknown corpus id 'p99'")
+    queries = _write(tmp_path, "queries.jsonl", '{"_id": "q1", "text": "capital"}\n{"_id": "q2", "text": "x"}\n')
+    proc = _cli("dpr-bm25", f"passages={passages}", f"queries={queries}", f"qrels={qrels}",
+                f"output={tmp_path / 'run.trec'}")
+    _one_line(proc, f"{qrels}:3:", "field 'corpus-id'", "p99")
+    assert not (tmp_path / "run.trec").exists()
+

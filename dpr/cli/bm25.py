@@ -32,6 +32,9 @@ def run_dataset(cfg: DictConfig) -> None:
     if cfg.output:
         output = Path(cfg.output)
         if ds.kind == "qrels":
+            from dpr.data.beir import check_qrels_corpus
+
+            check_qrels_corpus(ds.qrels(cfg.split), ds.passages)
             queries = bm25.split_queries(ds.queries, ds.qrels(cfg.split))
             bm25.write_qrels_run(index, queries, output, k=cfg.k, n_threads=cfg.n_threads)
         else:
@@ -63,6 +66,10 @@ def run_standalone(cfg: DictConfig) -> None:
         return
     from dpr.data.beir import read_queries
 
+    if cfg.qrels:
+        from dpr.data.beir import check_qrels_corpus
+
+        check_qrels_corpus(cfg.qrels, passages)
     queries = bm25.split_queries(cfg.queries, cfg.qrels) if cfg.qrels else read_queries(cfg.queries)
     bm25.write_qrels_run(index, queries, cfg.output, k=cfg.k, n_threads=cfg.n_threads)
 

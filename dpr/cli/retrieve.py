@@ -29,6 +29,11 @@ def _require_questions(cfg: DictConfig) -> None:
     elif cfg.queries:
         from dpr.retrieve import read_split_queries
 
+        if cfg.qrels and cfg.passages:
+            from dpr.data.beir import check_qrels_corpus
+
+            check_qrels_corpus(cfg.qrels, cfg.passages)
+
         if not read_split_queries(cfg.queries, cfg.qrels or None):
             raise ValueError(f"{cfg.queries}: no queries" + (f" judged in {cfg.qrels}" if cfg.qrels else ""))
 
