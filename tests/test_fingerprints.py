@@ -153,3 +153,14 @@ def test_retrieve_refuses_index_of_another_model_or_corpus_before_encoding(
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and field in lines[0], proc.stderr[-2000:]
         assert not (tmp_path / "out.json").exists()
+
+
+def test_index_without_fingerprints_still_checked_for_dimension(tiny_model_dir, tmp_path):
+    """An index built from shards that carry no fingerprints: its dimension is still checked against the
+    model's (from the model's JSON files) before any question is encoded."""
+    x = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32)
+    write_shard(tmp_path / "emb", 0, 1, x, [f"d{i}" for i in range(5)])
+    build_and_save(tmp_path / "emb", tmp_path / "i.faiss", factory="Flat", metric="ip")
+    msg = _error(check_index_matches, tmp_path / "i.faiss", tiny_model_dir, None)
+    assert "field 'dim'" in msg and "32-dim" in msg and "16-dim" in msg
+

@@ -69,6 +69,30 @@ def model_fingerprint(model_path: str | Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def _read_json(path: Path) -> dict:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def model_dim(model_path: str | Path) -> int | None:
+    """The vector size a local model produces, from its JSON files alone (no weights loaded): the
+    projection size of a `dpr-train` run, else the question tower's hidden size; None if unknown."""
+    path = Path(str(model_path))
+    if not path.is_dir():
+        return None
+    config = _read_json(path / "biencoder.json").get("config") or {}
+    if isinstance(config, dict) and config.get("projection_dim"):
+        return int(config["projection_dim"])
+    for sub in ("question_encoder", "."):
+        hidden = _read_json(path / sub / "config.json").get("hidden_size")
+        if isinstance(hidden, int):
+            return hidden
+    return None
+
+
 def index_meta_path(index_path: str | Path) -> Path:
     return Path(str(index_path) + ".json")
 
@@ -95,6 +119,10 @@ def check_index_matches(index_path: str | Path, model_path: str | Path,
         raise DataError(meta_file, f"broken JSON ({err})") from None
     if not isinstance(meta, dict):
         raise DataError(meta_file, "expected a JSON object")
+    dim, index_dim = model_dim(model_path), meta.get("dim")
+    if dim is not None and isinstance(index_dim, int) and dim != index_dim:
+        raise DataError(meta_file, f"the model {model_path} makes {dim}-dim vectors but the index holds "
+                        f"{index_dim}-dim ones: built with another model", field="dim")
     want_model = meta.get("model_fingerprint")
     if not want_model:
         log.warning("%s: no model fingerprint, cannot check the index matches %s (re-encode with dpr-encode "
