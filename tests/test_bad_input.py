@@ -314,6 +314,8 @@ def test_unwritable_output_refused_before_any_work(tmp_path):
     _one_line(proc, "output_dir", "not a directory")
     proc = _cli("dpr-index", f"embeddings={tmp_path / 'none'}", f"output={blocker / 'index.faiss'}")
     _one_line(proc, "output", "not a directory")  # before: the missing embeddings, i.e. after reading
+    proc = _cli("dpr-train", "data=squad1_open", f"output_dir={blocker / 'run'}")
+    _one_line(proc, "output_dir", "not a directory")  # before: Hydra's traceback from mkdir
 
 
 def test_answers_nested_deep_is_one_data_error(tmp_path):
@@ -397,10 +399,12 @@ def test_ctrl_c_is_one_line(tmp_path, tiny_model_dir):
     ("dpr-data", ["data=squad1_open", "data.seed=x"], ["config key data.seed:"]),
     ("dpr-train", ["model.temperature=abc"], ["config key model.temperature:", "Float"]),
     ("dpr-train", ["+model.tempx=1"], ["config key model.tempx: unknown"]),
+    ("dpr-encode", ["model=m"], ["config key output_dir: required", "also missing: passages"]),
+    ("dpr-index", [], ["config key embeddings: required"]),
 ])
 def test_config_values_are_type_checked(tmp_path, cmd, args, words):
-    out = {"dpr-retrieve": ["output=o.json"], "dpr-index": ["embeddings=e", "output=i.faiss"],
-           "dpr-encode": ["output_dir=e"], "dpr-eval": ["output_dir=e"], "dpr-train": [f"output_dir={tmp_path / 'run'}"]}
+    out = {"dpr-retrieve": ["output=o.json"], "dpr-index": ["embeddings=e", "output=i.faiss"] if args else [],
+           "dpr-encode": [] if args == ["model=m"] else ["output_dir=e"], "dpr-eval": ["output_dir=e"], "dpr-train": [f"output_dir={tmp_path / 'run'}"]}
     _one_line(_cli(cmd, *args, *out.get(cmd, []), cwd=tmp_path), *words)
 
 

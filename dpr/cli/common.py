@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from dpr.errors import DataError
 
@@ -32,7 +33,8 @@ PATH_KEYS = ("data_dir", "output_dir", "data.mirror_dir", "data.cache_dir", "pas
              "qrels_dev")
 # Expected failures: one line, exit 2. Anything else is a bug: one line + the traceback in a log file.
 # OSError covers missing/unwritable paths, full disks and models that cannot be found or loaded.
-EXPECTED = (DataError, OSError, ValueError)
+# OmegaConf errors: a config problem (a missing mandatory value, an interpolation that cannot resolve).
+EXPECTED = (DataError, OSError, ValueError, OmegaConfBaseException)
 
 
 def launch_dir() -> Path:

@@ -184,6 +184,10 @@ def _schema_node(schema: type, cfg: DictConfig) -> DictConfig:
 
 def check_config(cfg: DictConfig, schema: type) -> None:
     """Raise ValueError (one line) if ``cfg`` has a key the schema lacks or a value of the wrong type."""
+    missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
+    if missing:
+        raise ValueError(f"config key {missing[0]}: required, give {missing[0]}=<value>"
+                         + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""))
     try:
         OmegaConf.merge(_schema_node(schema, cfg), OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
     except OmegaConfBaseException as err:

@@ -19,7 +19,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
+from dpr.cli.common import CONF_DIR, check_writable, quiet_interrupt, report_errors
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +147,24 @@ def _quiet_nonzero_rank(argv: list[str]) -> list[str]:
     return argv + [f"{k}={v}" for k, v in extra.items() if k not in given]
 
 
+def _check_output_dir(argv: list[str]) -> None:
+    """Hydra creates the run directory before any code of ours runs (and answers a failure with a
+    traceback): check the place is writable first, from the command line (default: runs/train/)."""
+    given = [a.split("=", 1)[1] for a in argv[1:] if a.split("=", 1)[0].lstrip("+~") in ("output_dir", "hydra.run.dir")
+             and "=" in a]
+    target = given[-1] if given and "${" not in given[-1] else "runs/train"
+    try:
+        check_writable(target, "output_dir")
+    except OSError as err:
+        print(f"dpr-train: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
 @quiet_interrupt("dpr-train")
 def main() -> None:
     sys.argv = _quiet_nonzero_rank(sys.argv)
+    if int(os.environ.get("RANK", "0")) == 0:
+        _check_output_dir(sys.argv)
     _run()
 
 
