@@ -30,12 +30,15 @@ import re
 import secrets
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
 log = logging.getLogger(__name__)
 
-_held: dict[str, int] = {}  # locks this process holds (re-entrant: nested writers of one path)
+# Locks held per (thread, path): re-entrant for nested writers of one path in one thread; another thread
+# takes the flock on its own descriptor and so waits like another process would.
+_held: dict[tuple[int, str], int] = {}
 _OLD = ".old"  # inside a temporary directory: the previous output, moved aside (fallback only)
 
 
@@ -55,7 +58,7 @@ def path_lock(path: str | Path) -> Iterator[None]:
     The kernel drops a ``flock`` when its holder dies, so a killed writer never blocks the next one.
     """
     path = Path(path)
-    key = str(path.resolve())
+    key = (threading.get_ident(), str(path.resolve()))
     if key in _held:
         _held[key] += 1
         try:
@@ -103,7 +106,8 @@ def clean_stale_temps(path: str | Path) -> list[Path]:
     if not path.parent.is_dir():
         return []
     pattern = _temp_re(path.name)
-    stale = [p for p in path.parent.iterdir() if pattern.match(p.name)]
+    mine = f".{path.name}.{os.getpid()}-"  # this process's own (a nested writer of the same path)
+    stale = [p for p in path.parent.iterdir() if pattern.match(p.name) and not p.name.startswith(mine)]
     for p in stale:
         old = p / _OLD
         if not os.path.lexists(path) and os.path.lexists(old):
@@ -137,7 +141,8 @@ def _exchange(a: Path, b: Path) -> bool:
 def replace_path(new: Path, path: Path, aside: Path) -> None:
     """Move ``new`` onto ``path`` with no moment where ``path`` is missing (``aside``: a free name in
     the same directory for the fallback)."""
-    if os.path.isdir(path) and not os.path.islink(path):
+    # a file onto a file is one atomic rename; anything involving a directory needs the exchange
+    if os.path.lexists(path) and ((os.path.isdir(path) and not os.path.islink(path)) or os.path.isdir(new)):
         if _exchange(new, path):
             _remove(new)  # now holds the previous output
             return

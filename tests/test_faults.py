@@ -325,3 +325,65 @@ def test_dpr_train_killed_at_checkpoints_then_rerun_identical(tiny_model_dir, ti
         a = load_file(str(out / tower / "model.safetensors"))
         b = load_file(str(tmp_path / "ref" / tower / "model.safetensors"))
         assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a), tower
+
+
+def test_threads_writing_one_path_take_turns(tmp_path):
+    """The lock also serialises threads of one process (each takes the flock on its own descriptor)."""
+    import threading
+
+    out, errors = tmp_path / "out", []
+
+    def writer(tag: str) -> None:
+        try:
+            for _ in range(50):
+                with atomic_path(out) as t:
+                    t.mkdir()
+                    for j in range(4):
+                        (t / str(j)).write_text(tag)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=writer, args=(tag,)) for tag in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len({f.read_text() for f in out.iterdir()}) == 1 and _temps(tmp_path) == []
+
+
+def test_nested_writer_of_the_same_path_keeps_the_outer_temp(tmp_path):
+    out = tmp_path / "out"
+    with atomic_path(out) as outer:
+        outer.mkdir()
+        (outer / "a").write_text("outer")
+        with atomic_path(out) as inner:
+            inner.write_text("inner")
+        assert (outer / "a").read_text() == "outer"  # not removed as a "stale" temp
+    assert (out / "a").read_text() == "outer"
+
+
+def test_fallback_without_exchange_replaces_and_restores_on_failure(tmp_path, monkeypatch):
+    """Where renameat2 cannot exchange: aside, then in; a failing second rename puts the old output back."""
+    import dpr.atomic as atomic
+
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    out = tmp_path / "out"
+    for tag in ("one", "two"):
+        with atomic_path(out) as t:
+            t.mkdir()
+            (t / "f").write_text(tag)
+    assert (out / "f").read_text() == "two"
+
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if Path(dst) == out:
+            raise OSError("disk full")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        with atomic_path(out) as t:
+            t.mkdir()
+            (t / "f").write_text("three")
+    assert (out / "f").read_text() == "two" and _temps(tmp_path) == []
