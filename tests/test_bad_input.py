@@ -352,6 +352,8 @@ def test_degenerate_values_refused(tmp_path, tiny_data_dir, tiny_model_dir):
     _one_line(_cli("dpr-retrieve", f"model={tiny_model_dir}", f"index={index}",
                    f"passages={tiny / 'passages.tsv'}", f"qa={empty}", f"output={tmp_path / 'o.json'}"),
               "no questions")
+    _one_line(_cli("dpr-bm25", f"passages={tiny / 'passages.tsv'}", f"qa={empty}", f"output={tmp_path / 'b.json'}"),
+              "no questions")
     train = ["dpr-train", "data=squad1_open", "data.name=tiny", f"data_dir={tiny_data_dir}",
              f"model.name={tiny_model_dir}", f"output_dir={tmp_path / 'run'}"]
     _one_line(_cli(*train, "train.max_steps=0", "train.epochs=0"), "zero training steps")

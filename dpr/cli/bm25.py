@@ -17,6 +17,14 @@ def _index_params(cfg: DictConfig) -> dict:
     return {"k1": cfg.k1, "b": cfg.b, "stopwords": cfg.stopwords, "stemmer": cfg.stemmer}
 
 
+def _require_questions(qa_path: str | Path) -> None:
+    """An empty question set would write an empty results file that later passes for a finished run."""
+    from dpr.data.qa import read_qa_tsv
+
+    if not read_qa_tsv(qa_path):
+        raise ValueError(f"{qa_path}: no questions")
+
+
 def run_dataset(cfg: DictConfig) -> None:
     """``data=<name>``: retrieve for ``split`` into ``output`` and/or mine negatives into train/dev."""
     from dpr import bm25
@@ -27,6 +35,8 @@ def run_dataset(cfg: DictConfig) -> None:
         raise FileNotFoundError(f"no prepared dataset at {ds.root} (passages.tsv missing): run dpr-data first")
     if not cfg.output and not cfg.mine:
         raise ValueError("nothing to do: give output=<file> to retrieve, or mine=true")
+    if cfg.output and ds.kind != "qrels":
+        _require_questions(ds.qa(cfg.split))  # before any index is built
     index_dir = Path(cfg.index_dir) if cfg.index_dir else ds.root / "bm25_index"
     index = bm25.get_or_build_index(ds.passages, index_dir, **_index_params(cfg))
     if cfg.output:
@@ -56,6 +66,8 @@ def run_standalone(cfg: DictConfig) -> None:
         raise ValueError("standalone use needs exactly one of qa=<QA TSV> or queries=<BEIR queries.jsonl>")
     if cfg.mine:
         raise ValueError("mine=true needs a prepared dataset (data=<name>)")
+    if cfg.qa:
+        _require_questions(cfg.qa)
     passages = Path(cfg.passages)
     if cfg.index_dir:
         index = bm25.get_or_build_index(passages, cfg.index_dir, **_index_params(cfg))
