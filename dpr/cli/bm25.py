@@ -66,14 +66,13 @@ def run_standalone(cfg: DictConfig) -> None:
         raise ValueError("standalone use needs exactly one of qa=<QA TSV> or queries=<BEIR queries.jsonl>")
     if cfg.mine:
         raise ValueError("mine=true needs a prepared dataset (data=<name>)")
-    if cfg.qa:
-        _require_questions(cfg.qa)
     passages = Path(cfg.passages)
     if cfg.index_dir:
         index = bm25.get_or_build_index(passages, cfg.index_dir, **_index_params(cfg))
     else:
         index = bm25.build_index(passages, **_index_params(cfg))
     if cfg.qa:
+        _require_questions(cfg.qa)
         bm25.write_qa_results(index, cfg.qa, passages, cfg.output, k=cfg.k, n_threads=cfg.n_threads)
         return
     from dpr.data.beir import read_queries
