@@ -403,6 +403,10 @@ def test_ctrl_c_is_one_line(tmp_path, tiny_model_dir):
     ("dpr-train", ["+model.tempx=1"], ["config key model.tempx: unknown"]),
     ("dpr-encode", ["model=m"], ["config key output_dir: required", "also missing: passages"]),
     ("dpr-index", [], ["config key embeddings: required"]),
+    # Hydra's own composition errors (several lines before): one line too
+    ("dpr-retrieve", ["topk=5"], ["Could not override 'topk'", "+topk=5"]),
+    ("dpr-data", ["data=nope"], ["Could not find 'data/nope'", "squad1_open"]),
+    ("dpr-train", ["train=nope"], ["Could not find 'train/nope'"]),
 ])
 def test_config_values_are_type_checked(tmp_path, cmd, args, words):
     out = {"dpr-retrieve": ["output=o.json"], "dpr-index": ["embeddings=e", "output=i.faiss"] if args else [],

@@ -8,7 +8,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from dpr.cli.common import CONF_DIR, report_errors
+from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def run_standalone(cfg: DictConfig) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="bm25")
 @report_errors("dpr-bm25", outputs=("output",), schema="bm25")
-def main(cfg: DictConfig) -> None:
+def _run(cfg: DictConfig) -> None:
     if int(cfg.k) < 1 or int(cfg.depth) < 1:
         raise ValueError(f"k and depth must be >= 1, got k={cfg.k}, depth={cfg.depth}")
     if cfg.get("data") is not None and cfg.passages:
@@ -98,6 +98,11 @@ def main(cfg: DictConfig) -> None:
         run_standalone(cfg)
     else:
         raise ValueError("say what to search: data=<name> (a prepared dataset) or passages=<tsv>")
+
+
+@quiet_interrupt("dpr-bm25")
+def main() -> None:
+    _run()
 
 
 if __name__ == "__main__":

@@ -186,17 +186,28 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
 
 
 def quiet_interrupt(command: str) -> Callable:
-    """Decorate a console-script entry point: Ctrl-C during start-up (Hydra composing, imports) is one
-    line too."""
+    """Decorate a console-script entry point so that what Hydra reports itself is one line too.
+
+    Hydra prints composition errors (an unknown key without ``+``, a missing config group option, a
+    value its own schema refuses) over several lines, and Ctrl-C during start-up as a traceback.
+    With ``HYDRA_FULL_ERROR`` set, Hydra re-raises them instead; they become
+    ``<command>: error: <message on one line>`` (exit 2) or ``<command>: interrupted`` (exit 130).
+    Errors inside the command itself were already turned into one line by `report_errors`.
+    """
 
     def wrap(main: Callable[[], None]) -> Callable[[], None]:
         @functools.wraps(main)
         def inner() -> None:
+            os.environ["HYDRA_FULL_ERROR"] = "1"
             try:
                 main()
             except KeyboardInterrupt:
                 print(f"{command}: interrupted", file=sys.stderr)
                 sys.exit(130)
+            except Exception as err:  # noqa: BLE001 - Hydra's start-up errors: the config is wrong
+                cause = f" ({_one_line(err.__cause__)})" if err.__cause__ is not None else ""
+                print(f"{command}: error: {_one_line(err)}{cause}"[:2000], file=sys.stderr)
+                sys.exit(2)
 
         return inner
 
