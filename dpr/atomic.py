@@ -1,34 +1,180 @@
-"""Write-aside-then-rename helpers: a failed run never leaves a half-written output behind."""
+"""Write-aside-then-rename helpers: a failed or killed run never leaves a half-written output behind.
+
+`atomic_path(path)` gives the block a temporary path beside ``path`` and moves the result onto
+``path`` only if the block succeeds:
+
+- **No window without an output.** A file is moved in with one ``rename``. A directory that already
+  exists is *exchanged* with the new one in one step (Linux ``renameat2(RENAME_EXCHANGE)``), then the
+  old one is deleted; where the kernel or file system cannot exchange, the old directory is renamed
+  into the temporary directory first and the next writer restores it if a crash struck between
+  the two renames.
+- **One writer at a time.** Writers of one path take an exclusive ``flock`` on a lock file (under
+  ``<tmp>/dpr-locks/``, keyed by the absolute path, so output directories get no extra files); a
+  second writer waits for the first instead of both renaming onto the same name.
+- **Leftovers cleaned.** Temporary names are ``.<name>.<pid>-<random>.tmp``. While holding the lock
+  no other writer of that path can be mid-write, so every such name found then belongs to a killed
+  run and is removed.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import fcntl
 import hashlib
 import json
+import logging
 import os
+import re
+import secrets
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator
+
+log = logging.getLogger(__name__)
+
+# Locks held per (thread, path): re-entrant for nested writers of one path in one thread; another thread
+# takes the flock on its own descriptor and so waits like another process would.
+_held: dict[tuple[int, str], int] = {}
+_OLD = ".old"  # inside a temporary directory: the previous output, moved aside (fallback only)
+
+
+def lock_dir() -> Path:
+    return Path(os.environ.get("DPR_LOCK_DIR") or Path(tempfile.gettempdir()) / "dpr-locks")
+
+
+def _lock_file(path: Path) -> Path:
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:24]
+    return lock_dir() / f"{path.name[:60]}.{key}.lock"
+
+
+@contextlib.contextmanager
+def path_lock(path: str | Path) -> Iterator[None]:
+    """Hold the exclusive writer lock of ``path`` (waits, and says so, while another process holds it).
+
+    The kernel drops a ``flock`` when its holder dies, so a killed writer never blocks the next one.
+    """
+    path = Path(path)
+    key = (threading.get_ident(), str(path.resolve()))
+    if key in _held:
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
+    lf = _lock_file(path)
+    lf.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lf, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("%s is being written by another process; waiting for it to finish", path)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        _held[key] = 1
+        try:
+            yield
+        finally:
+            del _held[key]
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _temp_re(name: str) -> re.Pattern:
+    # ours: .<name>.<pid>-<hex>.tmp; before this module locked, mkdtemp's .<name>.<8 chars>.tmp
+    return re.compile(rf"^\.{re.escape(name)}\.(?:\d+-[0-9a-f]+|[A-Za-z0-9_]{{8}})\.tmp$")
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def clean_stale_temps(path: str | Path) -> list[Path]:
+    """Remove temporary leftovers of killed writers of ``path``; call with ``path_lock(path)`` held.
+
+    If a crash struck between moving the old output aside and moving the new one in, the old output
+    is put back first, so a killed run never costs the previous good output.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    pattern = _temp_re(path.name)
+    mine = f".{path.name}.{os.getpid()}-"  # this process's own (a nested writer of the same path)
+    stale = [p for p in path.parent.iterdir() if pattern.match(p.name) and not p.name.startswith(mine)]
+    for p in stale:
+        old = p / _OLD
+        if not os.path.lexists(path) and os.path.lexists(old):
+            os.rename(old, path)
+            log.warning("%s: restored the previous output from an interrupted replacement", path)
+        _remove(p)
+    if stale:
+        log.info("%s: removed %d leftover(s) of killed runs", path.parent, len(stale))
+    return stale
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap ``a`` and ``b`` atomically (both must exist); False where the platform cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    rc = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def replace_path(new: Path, path: Path, aside: Path) -> None:
+    """Move ``new`` onto ``path`` with no moment where ``path`` is missing (``aside``: a free name in
+    the same directory for the fallback)."""
+    # a file onto a file is one atomic rename; anything involving a directory needs the exchange
+    if os.path.lexists(path) and ((os.path.isdir(path) and not os.path.islink(path)) or os.path.isdir(new)):
+        if _exchange(new, path):
+            _remove(new)  # now holds the previous output
+            return
+        os.rename(path, aside)  # fallback: a kill right here is repaired by clean_stale_temps
+        try:
+            os.replace(new, path)
+        except BaseException:
+            os.rename(aside, path)  # put the previous output back before the temp dir is deleted
+            raise
+        return
+    os.replace(new, path)
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
+    """Yield a temporary path beside ``path``; move it onto ``path`` only if the block succeeds.
 
-    Works for files and directories (whatever the block creates at the temporary path).
+    Works for files and directories (whatever the block creates at the temporary path). The block
+    runs under ``path``'s writer lock, after leftovers of killed runs are removed.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    target = tmp / path.name
-    try:
-        yield target
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        os.replace(target, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with path_lock(path):
+        clean_stale_temps(path)
+        tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        tmp.mkdir()
+        target = tmp / path.name
+        try:
+            yield target
+            replace_path(target, path, tmp / _OLD)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

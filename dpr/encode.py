@@ -7,8 +7,8 @@ memory-mapped temp ``.npy``. Within a chunk, batches are length-sorted and padde
 longest passage (`dpr.models.iter_encode_batches`), under inference mode with bf16 autocast where
 the hardware has it.
 
-Resuming: a shard whose manifest exists and matches (model fingerprint, passages file size/mtime,
-dtype, max length, counts) is skipped. Anything else is redone from scratch: files are written
+Resuming: a shard whose manifest exists and matches (content fingerprints of the model and the
+passages file, `dpr.index.fingerprint`; dtype, max length, range) is skipped. Anything else is redone from scratch: files are written
 under temp names (``.shard_*.tmp``) and renamed at the end, manifest last, so a killed run leaves
 nothing that looks finished and never duplicates a passage.
 
@@ -17,7 +17,6 @@ Under torchrun each rank encodes shards ``i % world_size == rank`` (no process g
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from dpr.index.fingerprint import model_fingerprint, passages_fingerprint
 from dpr.index.shards import ShardFiles, check_shard, commit_shard, shard_range, shards_for_rank
 
 log = logging.getLogger(__name__)
@@ -37,20 +37,6 @@ _SHARD_FILE = re.compile(r"^shard_\d{3,}_of_(\d{3,})\.(npy|ids\.txt|json)$")
 # Passages pulled from Arrow into Python per step: big enough for good length-sorting, small enough
 # that memory stays flat on a 21M-passage corpus.
 DEFAULT_CHUNK = 16_384
-
-
-def model_fingerprint(model_path: str | Path) -> str:
-    """Identity of a model for resume checks: a local directory's weight/config files (name, size,
-    mtime), so retraining into the same run dir invalidates old shards; a hub name as is."""
-    path = Path(str(model_path))
-    if not path.is_dir():
-        return f"name:{model_path}"
-    h = hashlib.sha256()
-    for f in sorted(path.rglob("*")):
-        if f.is_file() and f.suffix in (".safetensors", ".bin", ".json", ".pt"):
-            st = f.stat()
-            h.update(f"{f.relative_to(path)}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
-    return "files:" + h.hexdigest()[:16]
 
 
 def passages_signature(passages_path: str | Path) -> dict[str, Any]:
@@ -94,8 +80,8 @@ def _is_finished(files: ShardFiles, expected: dict) -> bool:
     manifest = check_shard(files)
     if manifest is None:
         return False
-    keys = ("shard_id", "num_shards", "start", "end", "count", "dtype", "model_fingerprint",
-            "passages", "max_length")
+    keys = ("shard_id", "num_shards", "start", "end", "total", "count", "dtype", "model_fingerprint",
+            "passages_sha256", "max_length")
     return all(manifest.get(k) == expected.get(k) for k in keys)
 
 
@@ -152,7 +138,8 @@ def encode_corpus(
     total = len(ds)
     model_id = str(Path(model_path).resolve()) if Path(str(model_path)).is_dir() else str(model_path)
     common = {"model": model_id, "model_fingerprint": model_fingerprint(model_path),
-              "passages": passages_signature(passages_path), "dtype": dtype, "max_length": max_length}
+              "passages": passages_signature(passages_path), "passages_sha256": passages_fingerprint(passages_path),
+              "total": total, "dtype": dtype, "max_length": max_length}
 
     pending = []
     for i in todo_ids:

@@ -14,8 +14,41 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
 
 
+CI = os.environ.get("CI") == "true"
+
+
 def _default_mirror() -> Path:
-    return Path(os.environ.get("DPR_DATA_MIRROR", REPO.parent / "shared" / "data"))
+    """The mirror, absolute: a relative ``DPR_DATA_MIRROR`` means relative to where pytest was started
+    (the README runs ``DPR_DATA_MIRROR=../shared/data`` from the repository root), and the tests hand it
+    to subprocesses that run in other directories."""
+    return Path(os.path.abspath(os.environ.get("DPR_DATA_MIRROR", REPO.parent / "shared" / "data")))
+
+
+# Exported absolute once, at start-up, before any test changes directory or spawns a command.
+if os.environ.get("DPR_DATA_MIRROR"):
+    os.environ["DPR_DATA_MIRROR"] = str(_default_mirror())
+
+
+def _missing_library(report) -> bool:
+    return report.skipped and "could not import" in str(report.longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Under CI=true a test module skipped for a missing library (``importorskip``: pytrec_eval for the
+    qrels cross-check) is a failure: CI must not go green without the check it was meant to run."""
+    outcome = yield
+    report = outcome.get_result()
+    if CI and _missing_library(report):
+        report.outcome = "failed"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if CI and _missing_library(report):
+        report.outcome = "failed"
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +57,7 @@ def mirror_dir() -> Path:
     path = _default_mirror()
     if not (path / "squad-v1.1").is_dir():
         msg = f"real-data mirror not found at {path} (set DPR_DATA_MIRROR)"
-        if os.environ.get("CI") == "true":
+        if CI:
             pytest.fail(msg)
         pytest.skip(msg)
     return path

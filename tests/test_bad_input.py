@@ -263,3 +263,166 @@ def test_fetch_refuses_checksum_mismatch(tmp_path):
 def test_fetch_missing_mirror_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="dev-v1.1.json"):
         fetch("squad-dev-v1.1", tmp_path)
+
+
+# --- every command: one line, non-zero exit, before any work ---------------------------------------------
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    return subprocess.run([str(BIN / args[0]), *args[1:]], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=300)
+
+
+def _one_line(proc: subprocess.CompletedProcess, *words: str, rc: int = 2) -> str:
+    # progress bars (datasets, tqdm) may precede it on stderr; the error itself is one line, the last
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("dpr-")]
+    assert proc.returncode == rc and len(lines) == 1, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == lines[0] and "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]
+
+
+def _results(tmp_path: Path) -> Path:
+    path = tmp_path / "res.json"
+    path.write_text(json.dumps([{"question": "q", "answers": ["a"], "ctxs": [
+        {"id": "p1", "title": "t", "text": "a b", "score": 1.0, "has_answer": True}]}]))
+    return path
+
+
+def test_missing_model_path_is_named(tmp_path, tiny_data_dir):
+    missing = tmp_path / "runs" / "no" / "model"
+    proc = _cli("dpr-encode", f"model={missing}", f"passages={tiny_data_dir / 'tiny' / 'passages.tsv'}",
+                f"output_dir={tmp_path / 'emb'}")
+    _one_line(proc, "model not found", str(missing))
+    assert not (tmp_path / "emb").exists()
+
+
+def test_unwritable_output_refused_before_any_work(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = _cli("dpr-eval", f"results=[{_results(tmp_path)}]", f"output_dir={blocker / 'eval'}")
+    _one_line(proc, "output_dir", "not a directory")
+    proc = _cli("dpr-index", f"embeddings={tmp_path / 'none'}", f"output={blocker / 'index.faiss'}")
+    _one_line(proc, "output", "not a directory")  # before: the missing embeddings, i.e. after reading
+    proc = _cli("dpr-train", "data=squad1_open", f"output_dir={blocker / 'run'}")
+    _one_line(proc, "output_dir", "not a directory")  # before: Hydra's traceback from mkdir
+
+
+def test_answers_nested_deep_is_one_data_error(tmp_path):
+    path = _write(tmp_path, "deep.qa.tsv", "question\t" + "[" * 100000 + "\n")
+    _raises(read_qa_tsv, path, 1, "answers", "nested too deeply")
+    deep = _write(tmp_path, "deep.json", "[" * 100000)
+    _raises(read_retriever_json, deep, None, None, "nested too deeply")
+
+
+def test_eval_resamples_zero_refused(tmp_path):
+    _one_line(_cli("dpr-eval", f"results=[{_results(tmp_path)}]", f"output_dir={tmp_path / 'e'}", "resamples=0"),
+              "resamples must be >= 1")
+
+
+def test_bad_passages_surface_the_data_error(tmp_path, tiny_model_dir):
+    from dpr.data.passages import load_passages
+
+    bad = _write(tmp_path, "psgs.tsv", "id\ttext\ttitle\n1\tsome text\tT\n2\tonly two fields\n")
+    _raises(lambda p: load_passages(p, cache_dir=tmp_path / "cache"), bad, 3, "id", "3 tab-separated")
+    proc = _cli("dpr-encode", f"model={tiny_model_dir}", f"passages={bad}", f"output_dir={tmp_path / 'emb'}")
+    _one_line(proc, f"{bad}:3:", "field 'id'")
+
+
+def test_degenerate_values_refused(tmp_path, tiny_data_dir, tiny_model_dir):
+    tiny = tiny_data_dir / "tiny"
+    _one_line(_cli("dpr-retrieve", f"model={tiny_model_dir}", f"index={tmp_path / 'i.faiss'}", "k=0",
+                   f"passages={tiny / 'passages.tsv'}", f"qa={tiny / 'test.qa.tsv'}", f"output={tmp_path / 'o.json'}"),
+              "k must be >= 1")
+    _one_line(_cli("dpr-bm25", "data=squad1_open", "data.name=tiny", f"data_dir={tiny_data_dir}", "k=0",
+                   f"output={tmp_path / 'b.json'}"), "k and depth must be >= 1")
+    empty = _write(tmp_path, "empty.qa.tsv", "")
+    index = tmp_path / "i.faiss"
+    index.write_bytes(b"")  # never read: the empty question set is refused first (no metadata: not checkable)
+    _one_line(_cli("dpr-retrieve", f"model={tiny_model_dir}", f"index={index}",
+                   f"passages={tiny / 'passages.tsv'}", f"qa={empty}", f"output={tmp_path / 'o.json'}"),
+              "no questions")
+    _one_line(_cli("dpr-bm25", f"passages={tiny / 'passages.tsv'}", f"qa={empty}", f"output={tmp_path / 'b.json'}"),
+              "no questions")
+    train = ["dpr-train", "data=squad1_open", "data.name=tiny", f"data_dir={tiny_data_dir}",
+             f"model.name={tiny_model_dir}", f"output_dir={tmp_path / 'run'}"]
+    _one_line(_cli(*train, "train.max_steps=0", "train.epochs=0"), "zero training steps")
+    _one_line(_cli(*train, "train.max_steps=0", "train.epochs=1", "train.batch_size=64"), "zero steps per epoch")
+    assert not (tmp_path / "run" / "biencoder.json").exists()
+    assert not (tmp_path / "o.json").exists() and not (tmp_path / "b.json").exists()
+
+
+def test_unexpected_error_is_one_line_and_a_log_file(tmp_path):
+    code = ("from dpr.cli.common import report_errors\n"
+            "@report_errors('dpr-x')\n"
+            "def f():\n    return {}['boom']\n"
+            "f()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "DPR_LOG_DIR": str(tmp_path / "logs")})
+    line = _one_line(proc, "unexpected error: KeyError", "traceback in", rc=1)
+    log = Path(line.rsplit("traceback in ", 1)[1])
+    assert log.parent == tmp_path / "logs" and "Traceback" in log.read_text() and "boom" in log.read_text()
+
+
+def test_ctrl_c_is_one_line(tmp_path, tiny_model_dir):
+    words = " ".join(f"w{i}" for i in range(60))
+    passages = _write(tmp_path, "p.tsv", "id\ttext\ttitle\n" + "".join(f"p{i}\t{words} {i}\tT\n" for i in range(3000)))
+    out = tmp_path / "emb"
+    proc = subprocess.Popen([str(BIN / "dpr-encode"), f"model={tiny_model_dir}", f"passages={passages}",
+                             f"output_dir={out}", "batch_size=8", "device=cpu"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "WANDB_MODE": "disabled"})
+    end = time.monotonic() + 120
+    while not any(out.glob(".shard_*.tmp")) and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == "dpr-encode: interrupted"
+
+
+@pytest.mark.parametrize("cmd, args, words", [
+    ("dpr-retrieve", ["k=abc"], ["config key k:", "Integer"]),
+    ("dpr-retrieve", ["+topk=5"], ["config key topk: unknown", "known keys"]),
+    ("dpr-index", ["index=ivfpq", "index.nprobe=x"], ["config key index.nprobe:"]),
+    ("dpr-encode", ["model=m", "passages=p", "batch_size=big"], ["config key batch_size:"]),
+    ("dpr-eval", ["results=[r]", "resamples=1.5"], ["config key resamples:"]),
+    ("dpr-bm25", ["data=squad1_open", "k1=high"], ["config key k1:", "Float"]),
+    ("dpr-data", ["data=squad1_open", "data.seed=x"], ["config key data.seed:"]),
+    ("dpr-train", ["model.temperature=abc"], ["config key model.temperature:", "Float"]),
+    ("dpr-train", ["+model.tempx=1"], ["config key model.tempx: unknown"]),
+    ("dpr-encode", ["model=m"], ["config key output_dir: required", "also missing: passages"]),
+    ("dpr-index", [], ["config key embeddings: required"]),
+    # Hydra's own composition errors (several lines before): one line too
+    ("dpr-retrieve", ["topk=5"], ["Could not override 'topk'", "+topk=5"]),
+    ("dpr-data", ["data=nope"], ["Could not find 'data/nope'", "squad1_open"]),
+    ("dpr-train", ["train=nope"], ["Could not find 'train/nope'"]),
+])
+def test_config_values_are_type_checked(tmp_path, cmd, args, words):
+    out = {"dpr-retrieve": ["output=o.json"], "dpr-index": ["embeddings=e", "output=i.faiss"] if args else [],
+           "dpr-encode": [] if args == ["model=m"] else ["output_dir=e"], "dpr-eval": ["output_dir=e"], "dpr-train": [f"output_dir={tmp_path / 'run'}"]}
+    _one_line(_cli(cmd, *args, *out.get(cmd, []), cwd=tmp_path), *words)
+
+
+def test_unknown_qrels_document_ids_refused(tmp_path, tiny_data_dir):
+    from dpr.data.beir import check_qrels_corpus
+
+    passages = tiny_data_dir / "tiny" / "passages.tsv"
+    qrels = _write(tmp_path, "qrels.tsv", "query-id\tcorpus-id\tscore\nq1\tp1\t1\nq2\tp99\t1\n")
+    _raises(lambda p: check_qrels_corpus(p, passages), qrels, 3, "corpus-id", "unknown corpus id 'p99'")
+    queries = _write(tmp_path, "queries.jsonl", '{"_id": "q1", "text": "capital"}\n{"_id": "q2", "text": "x"}\n')
+    proc = _cli("dpr-bm25", f"passages={passages}", f"queries={queries}", f"qrels={qrels}",
+                f"output={tmp_path / 'run.trec'}")
+    _one_line(proc, f"{qrels}:3:", "field 'corpus-id'", "p99")
+    assert not (tmp_path / "run.trec").exists()
+

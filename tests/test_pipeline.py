@@ -10,6 +10,29 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent
 
+# Dev questions that differ from every test question and mislead BM25: each one's words match one
+# passage while its answer sits in another. On dev, fusing in BM25 only hurts (the dev-tuned weight is
+# small); on test (the tiny set's own questions) BM25 is nearly perfect (a test-tuned weight is large).
+# A pipeline that tuned on test, or on both, would land on another weight than the one checked below.
+DEV_QA = [
+    ("mitochondria powerhouse cell atp", ["Everest"], "p4"),
+    ("photosynthesis light energy plants", ["Pacific"], "p6"),
+    ("water boils degrees celsius", ["Honolulu"], "p1"),
+    ("pacific ocean largest deepest", ["Photosynthesis"], "p5"),
+]
+
+
+def _distinct_dev(root: Path) -> None:
+    """Rewrite ``dev.json``/``dev.qa.tsv`` of a tiny dataset with DEV_QA (dev ∩ test = ∅)."""
+    from conftest import TINY_PASSAGES
+
+    by_id = {pid: (text, title) for pid, text, title in TINY_PASSAGES}
+    dev = [{"question": q, "answers": a, "positive_ctxs": [{"passage_id": pid, "title": by_id[pid][1],
+                                                             "text": by_id[pid][0]}],
+            "negative_ctxs": [], "hard_negative_ctxs": []} for q, a, pid in DEV_QA]
+    (root / "dev.json").write_text(json.dumps(dev, indent=1), encoding="utf-8")
+    (root / "dev.qa.tsv").write_text("".join(f"{q}\t{json.dumps(a)}\n" for q, a, _ in DEV_QA), encoding="utf-8")
+
 
 def _pipeline(tiny_data_dir: Path, tiny_model_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [
@@ -25,8 +48,14 @@ def _pipeline(tiny_data_dir: Path, tiny_model_dir: Path, out: Path, *extra: str)
 
 
 def test_pipeline_end_to_end_and_skips_up_to_date_stages(tiny_data_dir, tiny_model_dir, tmp_path):
+    from dpr.data.qa import read_qa_tsv
+
+    root = tiny_data_dir / "tiny"
+    _distinct_dev(root)
+    dev_q = {p.question for p in read_qa_tsv(root / "dev.qa.tsv")}
+    assert dev_q and not dev_q & {p.question for p in read_qa_tsv(root / "test.qa.tsv")}
     out = tmp_path / "run"
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out)
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "hybrid.metric_k=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     report = json.loads((out / "eval" / "report.json").read_text())
@@ -40,22 +69,51 @@ def test_pipeline_end_to_end_and_skips_up_to_date_stages(tiny_data_dir, tiny_mod
     # BM25 on this toy set finds nearly every answer first: the lexical overlap is total
     assert report["systems"]["bm25"]["top_k"]["1"] >= 0.75
     assert (out / "eval" / "report.md").is_file() and (out / "eval" / "topk.png").is_file()
-    weight = json.loads((out / "hybrid" / "weight.json").read_text())["weight"]
-    assert weight >= 0.0
-
-    # mining wrote BM25 hard negatives into the training file, none holding an answer or a positive
-    train = json.loads((tiny_data_dir / "tiny" / "train.json").read_text())
-    assert any(ex["hard_negative_ctxs"] for ex in train)
+    _check_hybrid_weight_from_dev(out)
+    _check_mined_negatives(root)
     timings = json.loads((out / "timings.json").read_text())
     assert {"bm25_retrieve", "bm25_mine", "train", "dense_encode", "hybrid"} <= set(timings["seconds"])
     assert timings["skipped"] == []
 
     # second run: everything is up to date and says so
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out)
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "hybrid.metric_k=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     skipped = json.loads((out / "timings.json").read_text())["skipped"]
     assert {"bm25_retrieve", "train", "dense_encode", "dense_index", "hybrid"} <= set(skipped)
     assert "up to date" in proc.stdout + proc.stderr
+
+
+def _check_hybrid_weight_from_dev(out: Path) -> None:
+    """The saved weight is the one tuned on the dev result files, and a test-tuned weight differs (so the
+    check can tell them apart); the hybrid test results are the test lists fused with that weight."""
+    from dpr.fusion import fuse_linear, tune_linear_weight
+
+    saved = json.loads((out / "hybrid" / "weight.json").read_text())
+    kw = {"metric_k": saved["metric_k"], "normalize": saved["normalize"],
+          "grid": [row["weight"] for row in saved["grid"]]}
+    assert saved["metric_k"] == 1
+    dev_w, _ = tune_linear_weight(out / "bm25" / "dev.json", out / "dense" / "dev.json", **kw)
+    test_w, _ = tune_linear_weight(out / "bm25" / "test.json", out / "dense" / "test.json", **kw)
+    assert saved["weight"] == dev_w
+    assert test_w != dev_w, (dev_w, test_w)
+    fused = fuse_linear(out / "bm25" / "test.json", out / "dense" / "test.json", dev_w, k=5,
+                        normalize=saved["normalize"])
+    written = json.loads((out / "hybrid" / "test.json").read_text())
+    assert [[c["id"] for c in r["ctxs"]] for r in written] == [[c["id"] for c in r["ctxs"]] for r in fused]
+
+
+def _check_mined_negatives(root: Path) -> None:
+    """Mining wrote BM25 hard negatives into train and dev, none holding an answer or being a positive."""
+    from dpr.eval.has_answer import has_answer
+
+    for name in ("train.json", "dev.json"):
+        examples = json.loads((root / name).read_text())
+        assert any(ex["hard_negative_ctxs"] for ex in examples), name
+        for ex in examples:
+            positives = {c["passage_id"] for c in ex["positive_ctxs"]}
+            for neg in ex["hard_negative_ctxs"]:
+                assert neg["passage_id"] not in positives, (name, ex["question"], neg)
+                assert not has_answer(ex["answers"], neg["text"]), (name, ex["question"], neg)
 
 
 def test_pipeline_missing_dataset_is_one_line_error(tmp_path, tiny_model_dir):

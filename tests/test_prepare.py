@@ -261,7 +261,11 @@ def test_up_to_date_skip_force_and_tampered_output(mirror_dir, tmp_path, caplog)
 def test_sciq_open(mirror_dir, tmp_path):
     root = prepare_dataset(_cfg("sciq_open"), tmp_path, mirror_dir=mirror_dir)
     c = json.loads((root / "meta.json").read_text())["counts"]
-    assert c["questions"]["train"] + c["questions"]["dev"] == 10481 and c["questions"]["test"] == 1000
+    removed = c["removed_test_overlap"]
+    assert removed["test_questions_in_train"] == 7 and removed["positive_is_a_test_support"] == 1
+    assert removed["same_question_and_answer"] == 6  # the 7th training twin has no support: never eligible
+    assert c["questions"]["train"] + c["questions"]["dev"] == 10481 - 6 - 1
+    assert c["questions"]["test"] == 1000
     assert c["test_without_support"] == 113 and 1000 <= c["questions"]["dev"] <= 1100
     ds = DatasetPaths(root)
     passages = {p["id"]: p["text"] for p in iter_passages(ds.passages)}
@@ -270,7 +274,12 @@ def test_sciq_open(mirror_dir, tmp_path):
     train_pos = {ex["positive_ctxs"][0]["passage_id"] for ex in train}
     assert not train_pos & {ex["positive_ctxs"][0]["passage_id"] for ex in dev}  # grouped by support
     assert all(passages[ex["positive_ctxs"][0]["passage_id"]] == ex["positive_ctxs"][0]["text"] for ex in train[:200])
-    assert len(read_qa_tsv(ds.test_qa)) == 1000
+    test = read_qa_tsv(ds.test_qa)
+    assert len(test) == 1000
+    # no training or dev question repeats a test question with its answer
+    norm = lambda q, a: (" ".join(q.lower().split()), " ".join(a.lower().split()))  # noqa: E731
+    test_keys = {norm(p.question, p.answers[0]) for p in test}
+    assert not any(norm(ex["question"], ex["answers"][0]) in test_keys for ex in train + dev)
 
 
 def test_nfcorpus(mirror_dir, tmp_path):

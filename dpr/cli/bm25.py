@@ -8,13 +8,21 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from dpr.cli.common import CONF_DIR, report_errors
+from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 
 log = logging.getLogger(__name__)
 
 
 def _index_params(cfg: DictConfig) -> dict:
     return {"k1": cfg.k1, "b": cfg.b, "stopwords": cfg.stopwords, "stemmer": cfg.stemmer}
+
+
+def _require_questions(qa_path: str | Path) -> None:
+    """An empty question set would write an empty results file that later passes for a finished run."""
+    from dpr.data.qa import read_qa_tsv
+
+    if not read_qa_tsv(qa_path):
+        raise ValueError(f"{qa_path}: no questions")
 
 
 def run_dataset(cfg: DictConfig) -> None:
@@ -27,11 +35,16 @@ def run_dataset(cfg: DictConfig) -> None:
         raise FileNotFoundError(f"no prepared dataset at {ds.root} (passages.tsv missing): run dpr-data first")
     if not cfg.output and not cfg.mine:
         raise ValueError("nothing to do: give output=<file> to retrieve, or mine=true")
+    if cfg.output and ds.kind != "qrels":
+        _require_questions(ds.qa(cfg.split))  # before any index is built
     index_dir = Path(cfg.index_dir) if cfg.index_dir else ds.root / "bm25_index"
     index = bm25.get_or_build_index(ds.passages, index_dir, **_index_params(cfg))
     if cfg.output:
         output = Path(cfg.output)
         if ds.kind == "qrels":
+            from dpr.data.beir import check_qrels_corpus
+
+            check_qrels_corpus(ds.qrels(cfg.split), ds.passages)
             queries = bm25.split_queries(ds.queries, ds.qrels(cfg.split))
             bm25.write_qrels_run(index, queries, output, k=cfg.k, n_threads=cfg.n_threads)
         else:
@@ -59,17 +72,24 @@ def run_standalone(cfg: DictConfig) -> None:
     else:
         index = bm25.build_index(passages, **_index_params(cfg))
     if cfg.qa:
+        _require_questions(cfg.qa)
         bm25.write_qa_results(index, cfg.qa, passages, cfg.output, k=cfg.k, n_threads=cfg.n_threads)
         return
     from dpr.data.beir import read_queries
 
+    if cfg.qrels:
+        from dpr.data.beir import check_qrels_corpus
+
+        check_qrels_corpus(cfg.qrels, passages)
     queries = bm25.split_queries(cfg.queries, cfg.qrels) if cfg.qrels else read_queries(cfg.queries)
     bm25.write_qrels_run(index, queries, cfg.output, k=cfg.k, n_threads=cfg.n_threads)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="bm25")
-@report_errors("dpr-bm25")
-def main(cfg: DictConfig) -> None:
+@report_errors("dpr-bm25", outputs=("output",), schema="bm25")
+def _run(cfg: DictConfig) -> None:
+    if int(cfg.k) < 1 or int(cfg.depth) < 1:
+        raise ValueError(f"k and depth must be >= 1, got k={cfg.k}, depth={cfg.depth}")
     if cfg.get("data") is not None and cfg.passages:
         raise ValueError("give either data=<name> or passages=<tsv>, not both")
     if cfg.get("data") is not None:
@@ -78,6 +98,11 @@ def main(cfg: DictConfig) -> None:
         run_standalone(cfg)
     else:
         raise ValueError("say what to search: data=<name> (a prepared dataset) or passages=<tsv>")
+
+
+@quiet_interrupt("dpr-bm25")
+def main() -> None:
+    _run()
 
 
 if __name__ == "__main__":

@@ -1,12 +1,20 @@
-"""Shared plumbing for the thin Hydra entry points: where the configs live and how errors surface."""
+"""Shared plumbing for the thin Hydra entry points: where the configs live, how errors surface, and
+how paths given on the command line are read (relative to where the user ran the command)."""
 
 from __future__ import annotations
 
+import datetime
 import functools
 import logging
+import os
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 from typing import Callable
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from dpr.errors import DataError
 
@@ -14,20 +22,190 @@ from dpr.resources import CONF_DIR  # noqa: E402  conf/ of the source tree, or t
 
 log = logging.getLogger("dpr")
 
+# Path-valued environment variables the configs read (``${oc.env:...}``): made absolute at start-up so
+# that a relative value means "relative to where the command was run" in this process, in Hydra's run
+# directory and in every subprocess (torchrun workers, tests' subprocesses in other directories).
+PATH_ENV_VARS = ("DPR_DATA_MIRROR", "DPR_DATA_CACHE")
+# Config keys (dotted) holding paths that are resolved the same way before the command runs.
+PATH_KEYS = ("data_dir", "output_dir", "data.mirror_dir", "data.cache_dir", "passages", "output", "embeddings",
+             "model_path", "index_path", "qa", "queries", "qrels", "bm25", "dense", "bm25_dev", "dense_dev",
+             "qrels_dev")
+# Expected failures: one line, exit 2. Anything else is a bug: one line + the traceback in a log file.
+# OSError covers missing/unwritable paths, full disks and models that cannot be found or loaded.
+# OmegaConf errors: a config problem (a missing mandatory value, an interpolation that cannot resolve).
+EXPECTED = (DataError, OSError, ValueError, OmegaConfBaseException)
 
-def report_errors(command: str) -> Callable:
-    """Turn expected failures (bad input, missing files) into one line on stderr and exit status 2.
 
-    Hydra would otherwise print a traceback; users want the file, line and field.
+def launch_dir() -> Path:
+    """Where the user ran the command: Hydra's original cwd when Hydra changed into its run directory
+    (``hydra.job.chdir=true``), else the current directory."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.cwd)
+    except Exception:  # not under Hydra (plain Python use)
+        return Path.cwd()
+
+
+def user_path(path: str | os.PathLike, base: Path | None = None) -> Path:
+    """``path`` made absolute against the launch directory (``~`` expanded); absolute paths as given."""
+    p = Path(os.path.expanduser(str(path)))
+    return p if p.is_absolute() else (base or launch_dir()) / p
+
+
+def absolutize_env(names: tuple[str, ...] = PATH_ENV_VARS, base: Path | None = None) -> None:
+    """Rewrite relative path variables of the environment as absolute paths (see PATH_ENV_VARS)."""
+    for name in names:
+        value = os.environ.get(name)
+        if value and not Path(os.path.expanduser(value)).is_absolute():
+            os.environ[name] = str(user_path(value, base))
+
+
+def _looks_like_path(key: str, value: object) -> bool:
+    # model_path may be a hub name ("sentence-transformers/all-MiniLM-L6-v2"): keep it unless it exists here
+    if not isinstance(value, str) or not value or value.startswith(("http://", "https://")):
+        return False
+    if key == "model_path":
+        return (launch_dir() / value).exists()
+    return True
+
+
+def absolutize_cfg(cfg: DictConfig, keys: tuple[str, ...] = PATH_KEYS) -> None:
+    """Resolve the path keys of ``cfg`` present and set (relative → launch directory), in place."""
+    base = launch_dir()
+    with open_dict(cfg):
+        for key in keys:
+            try:
+                value = OmegaConf.select(cfg, key, throw_on_missing=False)
+            except Exception:  # an interpolation that cannot resolve: left for the command to report
+                continue
+            if _looks_like_path(key, value):
+                OmegaConf.update(cfg, key, str(user_path(value, base)), merge=False)
+
+
+def check_writable(path: str | os.PathLike, what: str = "output") -> Path:
+    """Fail now, before any work, if ``path`` (a file or directory to be written) cannot be created:
+    the nearest existing ancestor must be a writable directory. Creates nothing."""
+    p = user_path(path)
+    probe = p.parent
+    while not os.path.lexists(probe):
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NotADirectoryError(f"{what} {p}: cannot be created, {probe} is not a directory")
+    try:  # os.access lies for root and on some file systems: really create (and delete) a file
+        fd, name = tempfile.mkstemp(prefix=".dpr-write-check.", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as err:
+        raise PermissionError(f"{what} {p}: {probe} is not writable ({err.strerror})") from None
+    return p
+
+
+def check_model_path(model_path: str) -> None:
+    """A model given as a path must exist. Hugging Face would call a missing ``runs/x/model`` a badly
+    formed repo id; a hub name (``name`` or ``org/name``) is left to the loader."""
+    value = str(model_path)
+    if user_path(value).exists():
+        return
+    looks_local = value.startswith((".", "/", "~")) or value.count("/") > 1 or os.sep != "/" and os.sep in value
+    if looks_local:
+        raise FileNotFoundError(f"model not found: {value} (no such directory)")
+
+
+def error_log_dir() -> Path:
+    """Where tracebacks of unexpected errors go: ``$DPR_LOG_DIR`` or ``<tmp>/dpr-errors``."""
+    return Path(os.environ.get("DPR_LOG_DIR") or Path(tempfile.gettempdir()) / "dpr-errors")
+
+
+def write_error_log(command: str, err: BaseException) -> Path | None:
+    """The full traceback of ``err`` in a fresh log file; None when even that cannot be written."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    try:
+        d = error_log_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{command}-{stamp}-{os.getpid()}.log"
+        path.write_text(f"{command} {' '.join(sys.argv[1:])}\n"
+                        + "".join(traceback.format_exception(type(err), err, err.__traceback__)), encoding="utf-8")
+        return path
+    except OSError:
+        return None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | None = None) -> Callable:
+    """Every failure as one line on stderr and a non-zero exit, never a traceback.
+
+    Expected failures (bad input, missing files, bad values) → ``<command>: error: ...``, exit 2.
+    Ctrl-C → ``<command>: interrupted``, exit 130. Anything else is a bug → one line naming the
+    exception and a log file holding the traceback, exit 1. Before the command runs, relative paths
+    in the environment and the config are made absolute against the launch directory, the config is
+    type-checked against ``dpr.cli.schemas.SCHEMAS[schema]``, and the config keys named in
+    ``outputs`` (where the command writes) are checked writable.
     """
 
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def inner(*args, **kwargs):
             try:
+                absolutize_env()
+                for a in args:
+                    if isinstance(a, DictConfig):
+                        if schema is not None:
+                            from dpr.cli.schemas import SCHEMAS, check_config
+
+                            check_config(a, SCHEMAS[schema])
+                        absolutize_cfg(a)
+                        for key in outputs:
+                            value = OmegaConf.select(a, key, default=None)
+                            if isinstance(value, str) and value:
+                                check_writable(value, key)
                 return fn(*args, **kwargs)
-            except (DataError, FileNotFoundError, FileExistsError, ValueError) as err:
-                print(f"{command}: error: {err}", file=sys.stderr)
+            except EXPECTED as err:
+                print(f"{command}: error: {_one_line(err)}", file=sys.stderr)
+                sys.exit(2)
+            except KeyboardInterrupt:
+                print(f"{command}: interrupted", file=sys.stderr)
+                sys.exit(130)
+            except RecursionError as err:
+                print(f"{command}: error: input nested too deeply ({_one_line(err)})", file=sys.stderr)
+                sys.exit(2)
+            except Exception as err:  # noqa: BLE001 - the last line of defence: one line + a log file
+                path = write_error_log(command, err)
+                where = f"; traceback in {path}" if path else ""
+                print(f"{command}: unexpected error: {type(err).__name__}: {_one_line(err)[:300]}{where}",
+                      file=sys.stderr)
+                sys.exit(1)
+
+        return inner
+
+    return wrap
+
+
+def quiet_interrupt(command: str) -> Callable:
+    """Decorate a console-script entry point so that what Hydra reports itself is one line too.
+
+    Hydra prints composition errors (an unknown key without ``+``, a missing config group option, a
+    value its own schema refuses) over several lines, and Ctrl-C during start-up as a traceback.
+    With ``HYDRA_FULL_ERROR`` set, Hydra re-raises them instead; they become
+    ``<command>: error: <message on one line>`` (exit 2) or ``<command>: interrupted`` (exit 130).
+    Errors inside the command itself were already turned into one line by `report_errors`.
+    """
+
+    def wrap(main: Callable[[], None]) -> Callable[[], None]:
+        @functools.wraps(main)
+        def inner() -> None:
+            os.environ["HYDRA_FULL_ERROR"] = "1"
+            try:
+                main()
+            except KeyboardInterrupt:
+                print(f"{command}: interrupted", file=sys.stderr)
+                sys.exit(130)
+            except Exception as err:  # noqa: BLE001 - Hydra's start-up errors: the config is wrong
+                cause = f" ({_one_line(err.__cause__)})" if err.__cause__ is not None else ""
+                print(f"{command}: error: {_one_line(err)}{cause}"[:2000], file=sys.stderr)
                 sys.exit(2)
 
         return inner

@@ -7,14 +7,16 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from dpr.cli.common import CONF_DIR, rename_overrides, report_errors
+from dpr.cli.common import CONF_DIR, quiet_interrupt, rename_overrides, report_errors
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="encode")
-@report_errors("dpr-encode")
+@report_errors("dpr-encode", outputs=("output_dir",), schema="encode")
 def _run(cfg: DictConfig) -> None:
+    from dpr.cli.common import check_model_path
     from dpr.encode import encode_corpus
 
+    check_model_path(cfg.model_path)
     out = encode_corpus(
         cfg.model_path, cfg.passages, cfg.output_dir,
         shard_id=cfg.shard_id, num_shards=cfg.num_shards, batch_size=cfg.batch_size, dtype=cfg.dtype,
@@ -23,6 +25,7 @@ def _run(cfg: DictConfig) -> None:
     print(f"dpr-encode: embeddings in {out}")
 
 
+@quiet_interrupt("dpr-encode")
 def main() -> None:
     sys.argv[1:] = rename_overrides(sys.argv[1:], {"model": "model_path"})
     _run()

@@ -7,7 +7,7 @@ import logging
 import hydra
 from omegaconf import DictConfig, ListConfig
 
-from dpr.cli.common import CONF_DIR, report_errors
+from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +21,12 @@ def _as_list(value) -> list[str]:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="eval")
-@report_errors("dpr-eval")
-def main(cfg: DictConfig) -> None:
+@report_errors("dpr-eval", outputs=("output_dir",), schema="eval")
+def _run(cfg: DictConfig) -> None:
     from dpr.eval.report import evaluate_qa, evaluate_qrels, system_names
 
+    if int(cfg.resamples) < 1:
+        raise ValueError(f"resamples must be >= 1 (bootstrap draws), got {cfg.resamples}")
     paths = _as_list(cfg.results)
     if not paths:
         raise ValueError("no results files: give results=[<file>,...]")
@@ -42,6 +44,11 @@ def main(cfg: DictConfig) -> None:
         for name, s in report["systems"].items():
             log.info("%s: %s", name, ", ".join(f"top-{k}={100 * v:.1f}" for k, v in s["top_k"].items()))
     log.info("wrote %s/report.json, report.md, topk.png", cfg.output_dir)
+
+
+@quiet_interrupt("dpr-eval")
+def main() -> None:
+    _run()
 
 
 if __name__ == "__main__":

@@ -5,17 +5,22 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from dpr.cli.common import CONF_DIR, report_errors
+from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 from dpr.index import build_and_save
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="index")
-@report_errors("dpr-index")
-def main(cfg: DictConfig) -> None:
+@report_errors("dpr-index", outputs=("output",), schema="index")
+def _run(cfg: DictConfig) -> None:
     params = OmegaConf.to_container(cfg.index, resolve=True)
     meta = build_and_save(cfg.embeddings, cfg.output, **params)
     print(f"dpr-index: {meta['count']} passages × {meta['dim']} → {cfg.output} ({meta['factory']}, "
           f"{meta['bytes_per_passage']} bytes/passage, built in {meta['build_seconds']} s)")
+
+
+@quiet_interrupt("dpr-index")
+def main() -> None:
+    _run()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from dpr.cli.common import CONF_DIR, rename_overrides, report_errors
+from dpr.cli.common import CONF_DIR, check_model_path, quiet_interrupt, rename_overrides, report_errors
 
 
 def _require(cfg: DictConfig, *keys: str) -> None:
@@ -19,9 +19,30 @@ def _require(cfg: DictConfig, *keys: str) -> None:
         raise ValueError(f"mode={cfg.mode} needs {', '.join(m + '=' for m in missing)}")
 
 
+def _require_questions(cfg: DictConfig) -> None:
+    """An empty question set would write an empty results file that later looks like a finished run."""
+    if cfg.qa:
+        from dpr.retrieve import read_questions
+
+        if not read_questions(cfg.qa):
+            raise ValueError(f"{cfg.qa}: no questions")
+    elif cfg.queries:
+        from dpr.retrieve import read_split_queries
+
+        if cfg.qrels and cfg.passages:
+            from dpr.data.beir import check_qrels_corpus
+
+            check_qrels_corpus(cfg.qrels, cfg.passages)
+
+        if not read_split_queries(cfg.queries, cfg.qrels or None):
+            raise ValueError(f"{cfg.queries}: no queries" + (f" judged in {cfg.qrels}" if cfg.qrels else ""))
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="retrieve")
-@report_errors("dpr-retrieve")
+@report_errors("dpr-retrieve", outputs=("output",), schema="retrieve")
 def _run(cfg: DictConfig) -> None:
+    if int(cfg.k) < 1:  # k=0 would write a results file with no passages in it
+        raise ValueError(f"k must be >= 1, got {cfg.k}")
     if cfg.mode == "hybrid":
         from dpr.retrieve import hybrid_retrieve
 
@@ -36,9 +57,14 @@ def _run(cfg: DictConfig) -> None:
         return
     if cfg.mode != "dense":
         raise ValueError(f"mode must be 'dense' or 'hybrid', got {cfg.mode!r}")
+    from dpr.index.fingerprint import check_index_matches
     from dpr.retrieve import dense_retrieve
 
     _require(cfg, "model_path", "index_path")
+    check_model_path(cfg.model_path)
+    # before any question is read or encoded: an index from another model or passages file is refused
+    check_index_matches(cfg.index_path, cfg.model_path, cfg.passages or None)
+    _require_questions(cfg)
     out = dense_retrieve(
         cfg.model_path, cfg.index_path, cfg.passages, cfg.qa, cfg.output, k=cfg.k,
         queries_path=cfg.queries, qrels_path=cfg.qrels, batch_size=cfg.batch_size,
@@ -49,6 +75,7 @@ def _run(cfg: DictConfig) -> None:
     print(f"dpr-retrieve: {len(out)} questions → {cfg.output}")
 
 
+@quiet_interrupt("dpr-retrieve")
 def main() -> None:
     sys.argv[1:] = rename_overrides(sys.argv[1:], {"model": "model_path", "index": "index_path"})
     _run()

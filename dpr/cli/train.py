@@ -19,7 +19,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from dpr.cli.common import CONF_DIR, report_errors
+from dpr.cli.common import CONF_DIR, check_writable, quiet_interrupt, report_errors
 from dpr.training.config import register_schema
 
 log = logging.getLogger(__name__)
@@ -71,14 +71,62 @@ class SweepSummaryCallback(Callback):
 register_schema()  # train/schema: conf/train/*.yaml extend the TrainConfig dataclass
 
 
+def check_steps(cfg: DictConfig) -> None:
+    """Refuse a run that would take no optimiser step: it would save the starting weights as a trained run."""
+    from dpr.data.dataset import DatasetPaths
+    from dpr.data.retriever_json import read_retriever_json
+
+    t = cfg.train
+    max_steps, epochs = int(t.get("max_steps", 0) or 0), int(t.get("epochs", 0) or 0)
+    frozen = int(t.get("frozen_steps", 0) or 0)
+    if max_steps < 0 or epochs < 0:
+        raise ValueError(f"train.max_steps and train.epochs must be >= 0, got {max_steps}, {epochs}")
+    if max_steps == 0 and epochs == 0 and frozen == 0:
+        raise ValueError("zero training steps: set train.max_steps, train.epochs or train.frozen_steps > 0")
+    if max_steps == 0 and epochs > 0:  # epochs decide: the incomplete last batch is dropped
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        per_step = int(t.batch_size) * world * int(t.get("grad_accumulation_steps", 1) or 1)
+        train_file = DatasetPaths.of(cfg.data_dir, cfg.data.name).train
+        if train_file.is_file():
+            n = len(read_retriever_json(train_file))
+            if n < per_step:
+                raise ValueError(f"{train_file}: {n} training questions make zero steps per epoch at "
+                                 f"{per_step} questions per step (train.batch_size x devices x accumulation)")
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 @report_errors("dpr-train")
 def _run(cfg: DictConfig) -> None:
-    from dpr.training.trainer import train
+    from dpr import run_dir
 
     hc = HydraConfig.get()
     # In a sweep each job's own directory (sweep dir / subdir) is its output_dir.
-    cfg.output_dir = hc.runtime.output_dir
+    out = hc.runtime.output_dir
+    try:
+        _checked_start(cfg, out)
+    finally:  # refused or failed before training: the finished run's .hydra/ stays as it was
+        run_dir.discard_hydra_dir(out)
+    _train(cfg, hc, out)
+
+
+def _checked_start(cfg: DictConfig, out: str) -> None:
+    """Every check that must pass before the run directory is touched; then Hydra's .hydra/ is committed."""
+    from dpr import run_dir
+    from dpr.cli.schemas import SCHEMAS, check_config
+
+    check_config(cfg, SCHEMAS["train"])
+    check_steps(cfg)
+    conf = OmegaConf.to_container(cfg, resolve=True)
+    conf["output_dir"] = out
+    state = run_dir.prepare_run_dir(out, conf, overwrite=bool(cfg.get("overwrite", False)))
+    log.info("run directory %s: %s", out, state)
+    run_dir.commit_hydra_dir(out)
+
+
+def _train(cfg: DictConfig, hc, out: str) -> None:
+    from dpr.training.trainer import train
+
+    cfg.output_dir = out
     extra = {"overrides": list(hc.overrides.task)}
     if hc.mode == RunMode.MULTIRUN:
         extra["job_num"] = hc.job.num
@@ -87,16 +135,41 @@ def _run(cfg: DictConfig) -> None:
 
 
 def _quiet_nonzero_rank(argv: list[str]) -> list[str]:
-    """torchrun ranks > 0: no run dir, no ``.hydra/``, console logging only (rank 0 writes the outputs)."""
+    """torchrun ranks > 0: no run dir, no ``.hydra/``, console logging only (rank 0 writes the outputs).
+
+    Rank 0: Hydra writes its ``.hydra/`` to ``.hydra.pending/`` first, committed once the run directory
+    checks pass (`dpr.run_dir`), unless the user chose ``hydra.output_subdir`` themselves.
+    """
     if int(os.environ.get("RANK", "0")) == 0:
-        return argv
+        given = {a.split("=", 1)[0].lstrip("+~") for a in argv[1:]}
+        if "hydra.output_subdir" in given:
+            return argv
+        from dpr.run_dir import PENDING_HYDRA
+
+        return argv + [f"hydra.output_subdir={PENDING_HYDRA}"]
     extra = {"hydra.run.dir": ".", "hydra.output_subdir": "null", "hydra/job_logging": "stdout"}
     given = {a.split("=", 1)[0].lstrip("+~") for a in argv[1:]}
     return argv + [f"{k}={v}" for k, v in extra.items() if k not in given]
 
 
+def _check_output_dir(argv: list[str]) -> None:
+    """Hydra creates the run directory before any code of ours runs (and answers a failure with a
+    traceback): check the place is writable first, from the command line (default: runs/train/)."""
+    given = [a.split("=", 1)[1] for a in argv[1:] if a.split("=", 1)[0].lstrip("+~") in ("output_dir", "hydra.run.dir")
+             and "=" in a]
+    target = given[-1] if given and "${" not in given[-1] else "runs/train"
+    try:
+        check_writable(target, "output_dir")
+    except OSError as err:
+        print(f"dpr-train: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+@quiet_interrupt("dpr-train")
 def main() -> None:
     sys.argv = _quiet_nonzero_rank(sys.argv)
+    if int(os.environ.get("RANK", "0")) == 0:
+        _check_output_dir(sys.argv)
     _run()
 
 

@@ -45,6 +45,8 @@ def load_json_file(path: str | Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise DataError(path, f"broken JSON: {err.msg} (column {err.colno})", line=err.lineno) from None
+    except RecursionError:
+        raise DataError(path, "JSON nested too deeply") from None
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
@@ -56,6 +58,8 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
             raise DataError(path, f"broken JSON: {err.msg} (column {err.colno})", line=lineno) from None
+        except RecursionError:
+            raise DataError(path, "JSON nested too deeply", line=lineno) from None
         if not isinstance(obj, dict):
             raise DataError(path, f"expected a JSON object, got {type(obj).__name__}", line=lineno)
         yield lineno, obj

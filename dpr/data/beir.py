@@ -128,3 +128,12 @@ def write_beir_corpus(path: str | Path, docs: Iterable[Mapping[str, str]]) -> in
             f.write(json.dumps({"_id": str(d["id"]), "title": d.get("title", ""), "text": d["text"]}, ensure_ascii=False) + "\n")
             n += 1
     return n
+
+
+def check_qrels_corpus(qrels_path: str | Path, passages_path: str | Path) -> dict[str, dict[str, int]]:
+    """``read_qrels`` with every judged document checked to be a passage of ``passages_path``: a qrels
+    id missing from the corpus would silently count as a relevant document no system can retrieve."""
+    from dpr.data.passages import iter_passages
+
+    ids = {p["id"] for p in iter_passages(passages_path, check_unique=False)}
+    return read_qrels(qrels_path, doc_ids=ids)

@@ -88,6 +88,17 @@ def _passage_generator(path: str, mtime_ns: int, size: int) -> Iterator[dict]:
     yield from iter_passages(path)
 
 
+def _data_error_in(err: BaseException) -> DataError | None:
+    """The `DataError` somewhere in ``err``'s chain of causes, if any."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, DataError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def load_passages(path: str | Path, cache_dir: str | Path | None = None) -> "datasets.Dataset":
     """An Arrow-backed `datasets.Dataset` (columns id, text, title), memory-mapped from disk.
 
@@ -102,12 +113,18 @@ def load_passages(path: str | Path, cache_dir: str | Path | None = None) -> "dat
         raise FileNotFoundError(f"passages file not found: {path}")
     st = path.stat()
     features = datasets.Features({k: datasets.Value("string") for k in HEADER})
-    ds = datasets.Dataset.from_generator(
-        _passage_generator,
-        features=features,
-        cache_dir=str(cache_dir) if cache_dir is not None else None,
-        gen_kwargs={"path": str(path), "mtime_ns": st.st_mtime_ns, "size": st.st_size},
-    )
+    try:
+        ds = datasets.Dataset.from_generator(
+            _passage_generator,
+            features=features,
+            cache_dir=str(cache_dir) if cache_dir is not None else None,
+            gen_kwargs={"path": str(path), "mtime_ns": st.st_mtime_ns, "size": st.st_size},
+        )
+    except Exception as err:  # datasets wraps the reader's DataError in a DatasetGenerationError
+        cause = _data_error_in(err)
+        if cause is None:
+            raise
+        raise cause from None
     log.info("loaded %d passages from %s (Arrow cache %s)", len(ds), path, ds.cache_files[0]["filename"] if ds.cache_files else "in memory")
     return ds
 

@@ -27,10 +27,12 @@ def parse_answers(raw: str, path: str | Path, lineno: int | str) -> list[str]:
     raw = unquote_field(raw.strip())
     try:
         answers = json.loads(raw)
+    except RecursionError:
+        raise DataError(path, "answers nested too deeply", line=lineno, field="answers") from None
     except json.JSONDecodeError:
         try:
             answers = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
             raise DataError(path, f"not a JSON list of strings: {raw[:60]!r}", line=lineno, field="answers") from None
     if not isinstance(answers, list):
         raise DataError(path, f"expected a list of strings, got {type(answers).__name__}", line=lineno, field="answers")

@@ -25,7 +25,11 @@ def bootstrap_means(
 
     Returns ``[num_resamples, M]``. Seeded: the same input and seed give the same draws.
     """
+    if int(num_resamples) < 1:
+        raise ValueError(f"resamples must be >= 1 (bootstrap draws for the confidence intervals), got {num_resamples}")
     vals = np.asarray(values, dtype=np.float64)
+    if vals.ndim == 0 or vals.shape[0] == 0:
+        raise ValueError("no questions to resample: the results hold no questions")
     if vals.ndim == 1:
         vals = vals[:, None]
     n, m = vals.shape

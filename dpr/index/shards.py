@@ -9,6 +9,10 @@ A shard ``shard_{i:03d}_of_{n:03d}`` is three files in one directory:
 
 Shard ``i`` of ``n`` holds the contiguous passage range ``shard_range(total, i, n)``, so the
 concatenation of shards 0..n-1 is the passages file in order, every passage exactly once.
+Manifests written by `dpr-encode` record that range (``start``, ``end``, ``total``) and the content
+fingerprints of the passages file and the model (`dpr.index.fingerprint`); `list_shards` refuses
+shards that disagree on them, ranges that leave a gap or overlap, and `iter_batches` refuses
+non-finite vectors, naming the shard file and the row.
 """
 
 from __future__ import annotations
@@ -164,11 +168,44 @@ def list_shards(embeddings_dir: str | Path) -> list[Shard]:
         shards.append(Shard(files, manifest))
     first = shards[0].manifest
     for s in shards[1:]:
-        for key in ("dim", "dtype", "model", "normalized"):
+        for key in AGREED_KEYS:
             if s.manifest.get(key) != first.get(key):
-                raise DataError(s.files.manifest, f"differs from shard 0: {s.manifest.get(key)!r} != "
-                                f"{first.get(key)!r}", field=key)
+                raise DataError(s.files.manifest, f"differs from shard 0 ({shards[0].files.manifest.name}): "
+                                f"{s.manifest.get(key)!r} != {first.get(key)!r}; shards of one index must come "
+                                "from one passages file and one model: re-encode the stale ones", field=key)
+    check_ranges(shards)
     return shards
+
+
+# Every shard of one index must agree on these (fingerprints: `dpr.index.fingerprint`).
+AGREED_KEYS = ("dim", "dtype", "model", "normalized", "model_fingerprint", "passages_sha256", "total")
+
+
+def check_ranges(shards: list[Shard]) -> None:
+    """The shards' passage ranges join up to cover ``[0, total)`` exactly: no gap, no overlap.
+
+    Shards without recorded ranges (written by `write_shard` from embeddings computed elsewhere) are
+    taken in order as they are; a mix of both kinds is refused.
+    """
+    ranged = ["start" in s.manifest and "end" in s.manifest for s in shards]
+    if not any(ranged):
+        return
+    if not all(ranged):
+        bad = shards[ranged.index(False)]
+        raise DataError(bad.files.manifest, "no passage range while other shards have one", field="start")
+    pos = 0
+    for s in shards:
+        start, end = int(s.manifest["start"]), int(s.manifest["end"])
+        if end - start != s.count:
+            raise DataError(s.files.manifest, f"range [{start}, {end}) but {s.count} vectors", field="count")
+        if start > pos:
+            raise DataError(s.files.manifest, f"gap: passages [{pos}, {start}) are in no shard", field="start")
+        if start < pos:
+            raise DataError(s.files.manifest, f"overlap: passages [{start}, {pos}) are in two shards", field="start")
+        pos = end
+    total = shards[0].manifest.get("total")
+    if total is not None and pos != int(total):
+        raise DataError(shards[-1].files.manifest, f"shards cover [0, {pos}) of {total} passages", field="end")
 
 
 def embeddings_info(shards: list[Shard]) -> dict:
@@ -179,6 +216,8 @@ def embeddings_info(shards: list[Shard]) -> dict:
         "dim": int(first["dim"]),
         "dtype": first["dtype"],
         "model": first.get("model"),
+        "model_fingerprint": first.get("model_fingerprint"),
+        "passages_sha256": first.get("passages_sha256"),
         "normalized": bool(first.get("normalized", False)),
         "num_shards": len(shards),
     }
@@ -193,7 +232,21 @@ def iter_batches(shards: list[Shard], batch_size: int) -> Iterator[np.ndarray]:
     for shard in shards:
         arr = shard.vectors()
         for start in range(0, arr.shape[0], batch_size):
-            yield np.ascontiguousarray(arr[start:start + batch_size], dtype=np.float32)
+            batch = np.ascontiguousarray(arr[start:start + batch_size], dtype=np.float32)
+            check_finite(shard, batch, start)
+            yield batch
+
+
+def check_finite(shard: Shard, batch: np.ndarray, offset: int) -> None:
+    """A NaN or infinite vector would be indexed silently and poison every search near it: refuse it,
+    naming the shard file, the row and the passage id."""
+    finite = np.isfinite(batch).all(axis=1)
+    if not finite.all():
+        row = offset + int(np.argmin(finite))
+        ids = shard.ids()
+        pid = ids[row] if row < len(ids) else "?"
+        raise DataError(shard.files.vectors, f"non-finite vector (NaN or inf) for passage {pid!r}; re-encode "
+                        "this shard (dtype=float32 if float16 overflowed)", line=f"row {row}")
 
 
 def gather_rows(shards: list[Shard], rows: np.ndarray) -> np.ndarray:
@@ -203,7 +256,12 @@ def gather_rows(shards: list[Shard], rows: np.ndarray) -> np.ndarray:
     for i, shard in enumerate(shards):
         lo, hi = np.searchsorted(rows, [offsets[i], offsets[i + 1]])
         if hi > lo:
-            parts.append(np.asarray(shard.vectors()[rows[lo:hi] - offsets[i]], dtype=np.float32))
+            part = np.asarray(shard.vectors()[rows[lo:hi] - offsets[i]], dtype=np.float32)
+            finite = np.isfinite(part).all(axis=1)
+            if not finite.all():  # report the row in the shard, as iter_batches does
+                bad = int(rows[lo:hi][np.argmin(finite)] - offsets[i])
+                check_finite(shard, np.asarray(shard.vectors()[bad:bad + 1], dtype=np.float32), bad)
+            parts.append(part)
     dim = int(shards[0].manifest["dim"])
     return np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
 

@@ -93,6 +93,8 @@ def build_and_save(embeddings_dir: str | Path, output: str | Path, **params: Any
         "factory": planned_factory(embeddings_dir, **params),
         "embeddings": str(Path(embeddings_dir).resolve()),
         "model": info["model"],
+        "model_fingerprint": info["model_fingerprint"],
+        "passages_sha256": info["passages_sha256"],
         "normalized": info["normalized"],
         "build_seconds": round(seconds, 2),
         "params": {k: v for k, v in params.items() if isinstance(v, (str, int, float, bool, type(None)))},

@@ -1,0 +1,141 @@
+"""Content fingerprints of what an embedding shard or an index was made from: the passages file and the model.
+
+Shards (`dpr-encode`) and indexes (`dpr-index`) carry both in their JSON manifests, so that
+`dpr-index` refuses to merge shards encoded from two versions of ``passages.tsv`` or by two models,
+and `dpr-retrieve` refuses an index built by another model or from another passages file before it
+encodes a single question (`check_index_matches`).
+
+Fingerprints hash file contents, not names or modification times: copying a run directory keeps its
+fingerprint, retraining into the same directory changes it. Results are memoised per process on
+(path, size, mtime) so one command hashes each file once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from dpr.errors import DataError
+
+# The files that make a model: weights, configs, the bi-encoder settings (pooling, similarity, projection).
+MODEL_FILE_SUFFIXES = (".safetensors", ".bin", ".json", ".pt")
+# Tokenizer and training bookkeeping do not change the vectors a model computes.
+_IGNORED = ("train_summary.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+            "trainer_state.json")
+_memo: dict[tuple, str] = {}
+log = logging.getLogger(__name__)
+
+
+def _file_sha256(path: Path) -> str:
+    st = path.stat()
+    key = ("file", str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _memo:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+        _memo[key] = h.hexdigest()
+    return _memo[key]
+
+
+def passages_fingerprint(passages_path: str | Path) -> str:
+    """``sha256:<hex>`` of the passages file's bytes."""
+    path = Path(passages_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"passages file not found: {path}")
+    return "sha256:" + _file_sha256(path)
+
+
+def model_files(model_dir: Path) -> list[Path]:
+    """The files of a model directory that determine its vectors, sorted (checkpoints/ excluded)."""
+    return sorted(f for f in model_dir.rglob("*")
+                  if f.is_file() and f.suffix in MODEL_FILE_SUFFIXES and f.name not in _IGNORED
+                  and "checkpoints" not in f.relative_to(model_dir).parts
+                  and not any(p.startswith(".") for p in f.relative_to(model_dir).parts))
+
+
+def model_fingerprint(model_path: str | Path) -> str:
+    """``sha256:<hex>`` over a local model directory's weight and config files (names and bytes);
+    ``name:<id>`` for a hub name that is not a local directory."""
+    path = Path(str(model_path))
+    if not path.is_dir():
+        return f"name:{model_path}"
+    h = hashlib.sha256()
+    for f in model_files(path):
+        h.update(f"{f.relative_to(path).as_posix()}\t{_file_sha256(f)}\n".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def model_dim(model_path: str | Path) -> int | None:
+    """The vector size a local model produces, from its JSON files alone (no weights loaded): the
+    projection size of a `dpr-train` run, else the question tower's hidden size; None if unknown."""
+    path = Path(str(model_path))
+    if not path.is_dir():
+        return None
+    config = _read_json(path / "biencoder.json").get("config") or {}
+    if isinstance(config, dict) and config.get("projection_dim"):
+        return int(config["projection_dim"])
+    for sub in ("question_encoder", "."):
+        hidden = _read_json(path / sub / "config.json").get("hidden_size")
+        if isinstance(hidden, int):
+            return hidden
+    return None
+
+
+def index_meta_path(index_path: str | Path) -> Path:
+    return Path(str(index_path) + ".json")
+
+
+def check_index_matches(index_path: str | Path, model_path: str | Path,
+                        passages_path: str | Path | None = None) -> dict[str, Any]:
+    """Refuse an index that another model or another passages file produced; returns its metadata.
+
+    Cheap (hashes files, loads no model): call it before encoding any question. An index without
+    fingerprints (built by another tool from shards that carry none, or before they existed) cannot
+    be checked: that is logged as a warning, naming how to rebuild it with them.
+    """
+    index_path = Path(index_path)
+    if not index_path.is_file():
+        raise FileNotFoundError(f"index not found: {index_path}")
+    meta_file = index_meta_path(index_path)
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        log.warning("%s missing: cannot check that %s was built by %s from %s (rebuild it with dpr-index)",
+                    meta_file, index_path, model_path, passages_path)
+        return {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(meta_file, f"broken JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise DataError(meta_file, "expected a JSON object")
+    dim, index_dim = model_dim(model_path), meta.get("dim")
+    if dim is not None and isinstance(index_dim, int) and dim != index_dim:
+        raise DataError(meta_file, f"the model {model_path} makes {dim}-dim vectors but the index holds "
+                        f"{index_dim}-dim ones: built with another model", field="dim")
+    want_model = meta.get("model_fingerprint")
+    if not want_model:
+        log.warning("%s: no model fingerprint, cannot check the index matches %s (re-encode with dpr-encode "
+                    "and rebuild with dpr-index)", meta_file, model_path)
+    got_model = model_fingerprint(model_path) if want_model else None
+    if want_model and got_model != want_model:
+        raise DataError(meta_file, f"index built by another model ({meta.get('model')}, {want_model[:19]}…) "
+                        f"than {model_path} ({got_model[:19]}…); re-encode the passages with this model",
+                        field="model_fingerprint")
+    if passages_path is not None:
+        want_p = meta.get("passages_sha256")
+        got_p = passages_fingerprint(passages_path) if want_p else None
+        if want_p and got_p != want_p:
+            raise DataError(meta_file, f"index built from another passages file than {passages_path} "
+                            f"({want_p[:19]}… != {got_p[:19]}…); re-encode it", field="passages_sha256")
+    return meta

@@ -1,0 +1,389 @@
+"""Faults from outside: real SIGKILLs of running commands, concurrent writers, and replacing outputs
+with no moment where neither the old nor the new one exists."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from dpr.atomic import atomic_path, clean_stale_temps, path_lock
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _py(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+
+
+def _wait_for(pred, timeout: float = 120.0, proc: subprocess.Popen | None = None) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process ended (rc {proc.returncode}) before the kill point: "
+                                 f"{proc.stderr.read() if proc.stderr else ''}")
+        if time.monotonic() > end:
+            raise AssertionError("kill point never reached")
+        time.sleep(0.005)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def _temps(d: Path) -> list[str]:
+    return sorted(p.name for p in d.rglob("*") if p.name.endswith(".tmp"))
+
+
+def _same_tree(a: Path, b: Path, ignore: tuple[str, ...] = ()) -> None:
+    fa = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file() and p.name not in ignore)
+    fb = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file() and p.name not in ignore)
+    assert fa == fb
+    for rel in fa:
+        assert filecmp.cmp(a / rel, b / rel, shallow=False), rel
+
+
+# --- atomic_path: killed writers, the replacement window, concurrent writers -----------------------------
+
+def test_killed_writer_leftovers_are_removed_by_the_next_writer(tmp_path):
+    """A writer SIGKILLed inside atomic_path leaves its temp dir; the next writer of that path removes it
+    (before: `.name.*.tmp` piled up, 53 MB after three kills of dpr-data nfcorpus)."""
+    out = tmp_path / "out"
+    flag = tmp_path / "inside"
+    proc = subprocess.Popen(_py(f"""
+        import time
+        from pathlib import Path
+        from dpr.atomic import atomic_path
+        with atomic_path({str(out)!r}) as t:
+            t.mkdir(); (t / "big").write_bytes(b"x" * 100000); Path({str(flag)!r}).touch(); time.sleep(60)
+        """), env=_env(), stderr=subprocess.PIPE, text=True)
+    _wait_for(flag.exists, proc=proc)
+    _kill(proc)
+    assert _temps(tmp_path) and not out.exists()
+    with atomic_path(out) as t:
+        t.mkdir()
+        (t / "ok").write_text("1")
+    assert _temps(tmp_path) == [] and (out / "ok").read_text() == "1"
+
+
+def test_unrelated_temps_with_a_longer_name_are_kept(tmp_path):
+    other = tmp_path / ".train.json.gz.123-abcd.tmp"
+    other.mkdir()
+    with atomic_path(tmp_path / "train.json") as t:
+        t.write_text("[]")
+    assert other.is_dir()
+
+
+def test_no_moment_without_the_output_while_it_is_replaced(tmp_path):
+    """A directory replaced 300 times while another process watches it: the path always exists
+    (before: removed, then the new one renamed in, a window with neither). (A reader already inside
+    the old directory may see it emptied as it is deleted; the name itself never goes missing.)"""
+    out = tmp_path / "out"
+    with atomic_path(out) as t:
+        t.mkdir()
+        (t / "a").write_text("0")
+        (t / "b").write_text("0")
+    watcher = subprocess.Popen(_py(f"""
+        import os, sys
+        out = {str(out)!r}; missing = 0; n = 0
+        while not os.path.exists({str(tmp_path / 'done')!r}):
+            n += 1
+            try:
+                os.listdir(out)
+            except FileNotFoundError:
+                missing += 1
+        print(n, missing)
+        """), env=_env(), stdout=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    for i in range(300):
+        with atomic_path(out) as t:
+            t.mkdir()
+            (t / "a").write_text(str(i))
+            (t / "b").write_text(str(i))
+    (tmp_path / "done").touch()
+    polls, missing = map(int, watcher.communicate(timeout=60)[0].split())
+    assert polls > 100 and missing == 0, (polls, missing)
+
+
+def test_interrupted_fallback_replacement_restores_the_previous_output(tmp_path):
+    """Where directories cannot be exchanged, the old one is moved aside first: a kill between the two
+    renames is repaired by the next writer, which puts the previous output back."""
+    out = tmp_path / "out"
+    stale = tmp_path / ".out.4242-dead.tmp"
+    (stale / ".old").mkdir(parents=True)
+    (stale / ".old" / "good").write_text("previous")
+    with path_lock(out):
+        clean_stale_temps(out)
+    assert (out / "good").read_text() == "previous" and not stale.exists()
+
+
+def test_concurrent_writers_are_serialised(tmp_path):
+    """Two processes replace one directory 100 times each: no crash (before: "Directory not empty"),
+    and the result is wholly one writer's output."""
+    out = tmp_path / "out"
+    code = """
+        import sys
+        from dpr.atomic import atomic_path
+        tag = sys.argv[1]
+        for i in range(100):
+            with atomic_path({out!r}) as t:
+                t.mkdir()
+                for j in range(5):
+                    (t / str(j)).write_text(tag)
+        """.format(out=str(out))
+    procs = [subprocess.Popen(_py(code) + [tag], env=_env(), stderr=subprocess.PIPE, text=True) for tag in "AB"]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    contents = {f.read_text() for f in out.iterdir()}
+    assert len(list(out.iterdir())) == 5 and len(contents) == 1
+    assert _temps(tmp_path) == []
+
+
+# --- real SIGKILLs of the commands, then the same command again -----------------------------------------
+
+def _run_killed(cmd: list[str], trigger, cwd: Path, delay: float = 0.0) -> bool:
+    """Start ``cmd``; SIGKILL it once ``trigger()`` holds (then ``delay`` more seconds). False when the
+    command finished before the kill point (nothing was killed)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 300
+    while not trigger():
+        if proc.poll() is not None or time.monotonic() > end:
+            proc.communicate()
+            return False
+        time.sleep(0.002)
+    time.sleep(delay)
+    if proc.poll() is not None:
+        return False
+    _kill(proc)
+    proc.stderr.close()
+    return True
+
+
+def _run(cmd: list[str], cwd: Path) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _glob(d: Path, pattern: str):
+    return lambda: d.exists() and any(d.glob(pattern))
+
+
+def _big_passages(path: Path, n: int = 600) -> Path:
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("id\ttext\ttitle\n")
+        for i in range(n):
+            f.write(f"x{i}\t{' '.join(words[(i * 7 + j) % 12] for j in range(40 + i % 30))} {i}\tT{i % 50}\n")
+    return path
+
+
+def test_dpr_encode_killed_at_several_points_resumes_identically(tiny_model_dir, tmp_path):
+    passages = _big_passages(tmp_path / "passages.tsv", 300)
+    base = [str(BIN / "dpr-encode"), f"model={tiny_model_dir}", f"passages={passages}", "num_shards=3",
+            "batch_size=32", "dtype=float32", "device=cpu", "autocast=off"]
+    _run(base + [f"output_dir={tmp_path / 'ref'}"], tmp_path)
+    out = tmp_path / "emb"
+    cmd = base + [f"output_dir={out}"]
+    kills = [
+        _run_killed(cmd, _glob(out, ".shard_000_of_003.npy.tmp"), tmp_path),             # mid shard 0
+        _run_killed(cmd, _glob(out, "shard_001_of_003.json"), tmp_path),                  # after shard 1
+    ]
+    assert any(kills), kills
+    _run(cmd, tmp_path)
+    assert _temps(out) == []
+    _same_tree(out, tmp_path / "ref", ignore=tuple(f"shard_{i:03d}_of_003.json" for i in range(3)))
+    import numpy as np  # manifests differ only in timings
+
+    from dpr.index.shards import list_shards
+    assert [s.count for s in list_shards(out)] == [100, 100, 100]
+    for a, b in zip(list_shards(out), list_shards(tmp_path / "ref")):
+        assert np.array_equal(a.vectors(), b.vectors())
+
+
+def test_dpr_index_killed_then_rerun_identical(tmp_path):
+    import numpy as np
+
+    from dpr.index.shards import write_shard
+
+    x = np.random.default_rng(0).standard_normal((6000, 32)).astype(np.float32)
+    for i in range(2):
+        write_shard(tmp_path / "emb", i, 2, x[i * 3000:(i + 1) * 3000], [f"d{j}" for j in range(i * 3000, (i + 1) * 3000)])
+    base = [str(BIN / "dpr-index"), f"embeddings={tmp_path / 'emb'}", "index=hnsw"]
+    _run(base + [f"output={tmp_path / 'ref' / 'index.faiss'}"], tmp_path)
+    out = tmp_path / "out"
+    cmd = base + [f"output={out / 'index.faiss'}"]
+    kills = [_run_killed(cmd, _glob(out, ".index.faiss.*.tmp"), tmp_path),
+             _run_killed(cmd, lambda: (out / "index.faiss").exists(), tmp_path)]
+    assert any(kills), kills
+    _run(cmd, tmp_path)
+    assert _temps(tmp_path) == []
+    for name in ("index.faiss", "index.faiss.ids"):
+        assert filecmp.cmp(out / name, tmp_path / "ref" / name, shallow=False), name
+
+
+def test_dpr_bm25_mine_killed_then_rerun_identical(tmp_path):
+    from conftest import write_tiny_dataset
+
+    def dataset(root: Path) -> Path:
+        write_tiny_dataset(root / "tiny")
+        _big_passages(root / "tiny" / "passages.tsv", 20000)
+        with open(root / "tiny" / "passages.tsv", "a", encoding="utf-8") as f:
+            from conftest import TINY_PASSAGES
+            for pid, text, title in TINY_PASSAGES:
+                f.write(f"{pid}\t{text}\t{title}\n")
+        return root
+
+    def cmd(root: Path) -> list[str]:
+        return [str(BIN / "dpr-bm25"), "data=squad1_open", "data.name=tiny", "data.kind=qa", f"data_dir={root}",
+                "mine=true", "num_negatives=3"]
+
+    ref, run = dataset(tmp_path / "ref"), dataset(tmp_path / "run")
+    _run(cmd(ref), tmp_path)
+    tiny = run / "tiny"
+    kills = [_run_killed(cmd(run), _glob(tiny, ".bm25_index.*.tmp"), tmp_path),
+             _run_killed(cmd(run), lambda: (tiny / "bm25_index").exists(), tmp_path, delay=0.3),
+             _run_killed(cmd(run), _glob(tiny, ".train.json.*.tmp"), tmp_path)]
+    assert any(kills), kills
+    _run(cmd(run), tmp_path)
+    assert _temps(run) == []
+    for name in ("train.json", "dev.json"):
+        assert filecmp.cmp(tiny / name, ref / "tiny" / name, shallow=False), name
+
+
+def test_two_concurrent_dpr_bm25_mine_runs(tmp_path):
+    """Before: the second crashed with "Directory not empty". Now both succeed, one after the other."""
+    from conftest import write_tiny_dataset
+
+    write_tiny_dataset(tmp_path / "data" / "tiny")
+    write_tiny_dataset(tmp_path / "ref" / "tiny")
+    args = ["data=squad1_open", "data.name=tiny", "data.kind=qa", "mine=true", "num_negatives=3", "force=true"]
+    _run([str(BIN / "dpr-bm25"), *args, f"data_dir={tmp_path / 'ref'}"], tmp_path)
+    procs = [subprocess.Popen([str(BIN / "dpr-bm25"), *args, f"data_dir={tmp_path / 'data'}"], cwd=tmp_path,
+                              env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    assert _temps(tmp_path) == []
+    for name in ("train.json", "dev.json"):
+        assert filecmp.cmp(tmp_path / "data" / "tiny" / name, tmp_path / "ref" / "tiny" / name, shallow=False)
+
+
+def test_dpr_data_killed_then_rerun_identical_and_no_leftovers(mirror_dir, tmp_path):
+    cmd = [str(BIN / "dpr-data"), "data=nq_open_dev", f"data.mirror_dir={mirror_dir}"]
+    _run(cmd + [f"data_dir={tmp_path / 'ref'}"], tmp_path)
+    prep = tmp_path / "prep"
+    kills = [_run_killed(cmd + [f"data_dir={prep}"], _glob(prep, ".nq_open_dev.*.tmp"), tmp_path, delay=d)
+             for d in (0.0, 0.2)]
+    assert any(kills), kills
+    _run(cmd + [f"data_dir={prep}"], tmp_path)
+    assert sorted(p.name for p in prep.iterdir()) == ["nq_open_dev"]
+    _same_tree(prep / "nq_open_dev", tmp_path / "ref" / "nq_open_dev", ignore=("meta.json",))
+
+
+def test_dpr_train_killed_at_checkpoints_then_rerun_identical(tiny_model_dir, tiny_data_dir, tmp_path):
+    """dpr-train SIGKILLed after its first and after a later checkpoint; the same command again resumes
+    and ends with the weights of an uninterrupted run, and no temporary leftovers."""
+    from safetensors.torch import load_file
+
+    from dpr.training import checkpoint as ckpt
+
+    conf = tmp_path / "conf"
+    (conf / "data").mkdir(parents=True)
+    (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
+
+    def cmd(out: Path) -> list[str]:
+        return [str(BIN / "dpr-train"), "--config-dir", str(conf), "data=tiny", f"data_dir={tiny_data_dir}",
+                f"output_dir={out}", "model=tiny", f"model.name={tiny_model_dir}", "train.max_steps=12",
+                "train.save_every=2", "train.batch_size=3", "train.hard_negatives=1", "train.precision=fp32",
+                "train.val_batch_size=8", "train.lr=1e-3", "seed=3"]
+
+    _run(cmd(tmp_path / "ref"), tmp_path)
+    out = tmp_path / "run"
+    kills = [_run_killed(cmd(out), lambda: out.exists() and len(ckpt.list_checkpoints(out)) >= 1, tmp_path),
+             _run_killed(cmd(out), lambda: out.exists() and any(int(p.name.split("_")[1]) >= 6
+                                                                for p in ckpt.list_checkpoints(out)), tmp_path)]
+    assert any(kills), kills
+    _run(cmd(out), tmp_path)
+    assert _temps(out) == [] and (out / "train_summary.json").is_file()
+    for tower in ("question_encoder", "passage_encoder"):
+        a = load_file(str(out / tower / "model.safetensors"))
+        b = load_file(str(tmp_path / "ref" / tower / "model.safetensors"))
+        assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a), tower
+
+
+def test_threads_writing_one_path_take_turns(tmp_path):
+    """The lock also serialises threads of one process (each takes the flock on its own descriptor)."""
+    import threading
+
+    out, errors = tmp_path / "out", []
+
+    def writer(tag: str) -> None:
+        try:
+            for _ in range(50):
+                with atomic_path(out) as t:
+                    t.mkdir()
+                    for j in range(4):
+                        (t / str(j)).write_text(tag)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=writer, args=(tag,)) for tag in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len({f.read_text() for f in out.iterdir()}) == 1 and _temps(tmp_path) == []
+
+
+def test_nested_writer_of_the_same_path_keeps_the_outer_temp(tmp_path):
+    out = tmp_path / "out"
+    with atomic_path(out) as outer:
+        outer.mkdir()
+        (outer / "a").write_text("outer")
+        with atomic_path(out) as inner:
+            inner.write_text("inner")
+        assert (outer / "a").read_text() == "outer"  # not removed as a "stale" temp
+    assert (out / "a").read_text() == "outer"
+
+
+def test_fallback_without_exchange_replaces_and_restores_on_failure(tmp_path, monkeypatch):
+    """Where renameat2 cannot exchange: aside, then in; a failing second rename puts the old output back."""
+    import dpr.atomic as atomic
+
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    out = tmp_path / "out"
+    for tag in ("one", "two"):
+        with atomic_path(out) as t:
+            t.mkdir()
+            (t / "f").write_text(tag)
+    assert (out / "f").read_text() == "two"
+
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if Path(dst) == out:
+            raise OSError("disk full")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        with atomic_path(out) as t:
+            t.mkdir()
+            (t / "f").write_text("three")
+    assert (out / "f").read_text() == "two" and _temps(tmp_path) == []

@@ -1,0 +1,93 @@
+"""A finished run directory is never half-overwritten by a later dpr-train (dpr.run_dir)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dpr.atomic import sha256_file
+from dpr.run_dir import prepare_run_dir
+
+BIN = Path(sys.executable).parent
+
+
+def _env() -> dict:
+    env = dict(os.environ, WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    return env
+
+
+def _cmd(conf: Path, data_dir: Path, model: Path, out: Path, *extra: str) -> list[str]:
+    return [str(BIN / "dpr-train"), "--config-dir", str(conf), "data=tiny", f"data_dir={data_dir}",
+            f"output_dir={out}", "model=tiny", f"model.name={model}", "train.max_steps=2", "train.batch_size=4",
+            "train.hard_negatives=1", "train.val_batch_size=8", *extra]
+
+
+def _snapshot(out: Path) -> dict[str, str]:
+    return {str(p.relative_to(out)): sha256_file(p) for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name != "train.log"}
+
+
+def test_changed_config_refused_and_finished_run_untouched(tiny_model_dir, tiny_data_dir, tmp_path):
+    conf = tmp_path / "conf"
+    (conf / "data").mkdir(parents=True)
+    (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
+    out = tmp_path / "run"
+    base = _cmd(conf, tiny_data_dir, tiny_model_dir, out)
+    proc = subprocess.run(base, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before = _snapshot(out)
+    assert ".hydra/config.yaml" in before and "train_summary.json" in before
+
+    # other settings into the finished run: refused in one line that says how to overwrite; before this,
+    # the failing run had already rewritten .hydra/config.yaml and deleted the checkpoints
+    proc = subprocess.run(base + ["train.lr=5e-4"], env=_env(), capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-train")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert "train.lr" in lines[0] and "overwrite=true" in lines[0] and "output_dir=" in lines[0]
+    assert _snapshot(out) == before and not (out / ".hydra.pending").exists()
+
+    # a config that fails its checks leaves the finished run as it was too
+    proc = subprocess.run(base + ["train.max_steps=0", "train.epochs=0"], env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and _snapshot(out) == before
+
+    # the same settings again: allowed (resume/finish), the run stays whole
+    proc = subprocess.run(base, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    # overwrite=true on purpose, killed as soon as it starts training: the directory no longer looks
+    # finished (no summary, no old weights), so it cannot pass for a mix of two runs
+    proc = subprocess.Popen(base + ["train.lr=5e-4", "overwrite=true", "train.max_steps=400", "train.save_every=1"],
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 300
+    hydra_cfg = out / ".hydra" / "config.yaml"
+    while "lr: 0.0005" not in hydra_cfg.read_text() and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.005)  # the new run passed its checks and committed its .hydra/: it is starting
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "train_summary.json").exists() and not (out / "passage_encoder").exists()
+    assert "lr: 0.0005" in (out / ".hydra" / "config.yaml").read_text()
+
+
+def test_prepare_run_dir_states(tmp_path):
+    import json
+
+    out = tmp_path / "run"
+    conf = {"model": {"name": "m"}, "data": {"name": "d", "mirror_dir": "/a"}, "train": {"lr": 1e-3}, "seed": 1,
+            "output_dir": str(out)}
+    assert prepare_run_dir(out, conf) == "new"
+    out.mkdir()
+    (out / "train_summary.json").write_text(json.dumps({"config": conf}))
+    (out / "biencoder.json").write_text("{}")
+    moved = {**conf, "data": {"name": "d", "mirror_dir": "/elsewhere"}, "logger": {"type": "wandb"}}
+    assert prepare_run_dir(out, moved) == "same"  # paths and logging do not change what a run computes
+    assert prepare_run_dir(out, {**conf, "seed": 2}, overwrite=True) == "overwritten"
+    assert not (out / "train_summary.json").exists() and not (out / "biencoder.json").exists()
