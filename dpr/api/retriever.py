@@ -149,9 +149,12 @@ class DenseRetriever(Retriever):
 
         from dpr.distributed import device as default_device
         from dpr.index import load_index, read_index_meta
+        from dpr.index.fingerprint import check_index_matches
         from dpr.models import load_biencoder
 
         self.index_path = Path(index)
+        # an index from another model or passages file is refused before anything is loaded or encoded
+        check_index_matches(self.index_path, run_dir, passages if isinstance(passages, (str, Path)) else None)
         self.index, self.ids = load_index(self.index_path, device=index_device, nprobe=nprobe, ef_search=ef_search)
         self.device = torch.device(device) if device else default_device()
         self.model, self.tokenizer = load_biencoder(str(run_dir))
