@@ -160,7 +160,8 @@ def run_pipeline(cfg: DictConfig) -> dict:
             stages.run(
                 f"{name}_retrieve_{split}",
                 lambda split=split, path=path: retrieve.retrieve_split(
-                    model_path, idx, ds, split, path, k=cfg.retrieve.k, batch_size=cfg.retrieve.batch_size),
+                    model_path, idx, ds, split, path, k=cfg.retrieve.k, batch_size=cfg.retrieve.batch_size,
+                    autocast=cfg.retrieve.get("autocast", "auto")),
                 outputs=[path], inputs=[idx, *_questions(ds, split), *model_inputs],
                 params=_plain(cfg.retrieve),
             )
