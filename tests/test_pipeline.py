@@ -40,7 +40,7 @@ def _pipeline(tiny_data_dir: Path, tiny_model_dir: Path, out: Path, *extra: str)
         f"data_dir={tiny_data_dir}", f"output_dir={out}", f"model.name={tiny_model_dir}",
         "model.shared=false", "model.pooling=cls", "model.similarity=dot", "model.temperature=1.0",
         "train.max_steps=4", "train.batch_size=4", "train.hard_negatives=1", "train.save_every=0",
-        "train.val_max_questions=4", "train.lr=1e-3", "bm25.num_negatives=3", "retrieve.k=5",
+        "train.val_max_questions=4", "train.lr=1e-3", "train.frozen_steps=2", "bm25.num_negatives=3", "retrieve.k=5",
         "encode.batch_size=4", *extra,
     ]
     env = {**os.environ, "WANDB_MODE": "disabled"}

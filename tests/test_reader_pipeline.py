@@ -18,7 +18,7 @@ def test_pipeline_with_reader_reports_bound_and_reader_side_by_side(tiny_data_di
         f"data_dir={tiny_data_dir}", f"output_dir={out}", f"model.name={tiny_model_dir}",
         "model.shared=false", "model.pooling=cls", "model.similarity=dot", "model.temperature=1.0",
         "train.max_steps=2", "train.batch_size=4", "train.hard_negatives=1", "train.save_every=0",
-        "train.val_max_questions=4", "bm25.num_negatives=3", "retrieve.k=20", "encode.batch_size=8",
+        "train.val_max_questions=4", "train.frozen_steps=2", "bm25.num_negatives=3", "retrieve.k=20", "encode.batch_size=8",
         "reader=true", f"reader_cfg.model={tiny_model_dir}", "reader_cfg.max_length=64",
         "reader_cfg.train.max_steps=2", "reader_cfg.train.batch_size=4", "reader_cfg.train.save_every=0",
     ]

@@ -11,7 +11,7 @@ from test_pipeline import _pipeline
 
 def test_two_rounds_remine_from_the_trained_model(tiny_data_dir, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "train.rounds=2", "train.frozen_steps=2",
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "train.rounds=2",
                      "train.corpus_negatives=true", "train.remine_negatives=3", "train.remine_relative_margin=0.0",
                      "train.remine_bm25_share=0.0")
     assert proc.returncode == 0, proc.stderr[-3000:]

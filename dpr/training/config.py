@@ -34,7 +34,7 @@ class TrainConfig:
     multi_positive: bool = False         # qrels: every judged-relevant passage in the pool is a positive
     mask_answers: bool = True            # QA: passages containing the question's answer are not its negatives
     # --- corpus negatives / frozen index (dpr/training/corpus_negatives.py)
-    frozen_steps: int = 124              # the first N steps train the question tower only, against the cached corpus
+    frozen_steps: int = 0                # the first N steps train the question tower only, against the cached corpus
     corpus_negatives: bool = False       # two-tower steps also score every question against the cached corpus
     corpus_refresh_every: int = 0        # re-encode the cached corpus every N steps (0: at start and at validations)
     corpus_max_passages: int = 200_000   # whole corpus as candidates up to this size, else FAISS top-k
