@@ -86,7 +86,13 @@ def table(rows: list[dict]) -> str:
         scale = 100 if pct else 1
         return f"{v * scale:.1f} ± {ci * scale:.1f}" if ci is not None else f"{v * scale:.1f}"
 
+    seen = set()
     for r in rows:
+        if r["dataset"] not in seen and "top1_start" in r:  # the untrained starting point, once per dataset
+            seen.add(r["dataset"])
+            start = {m: r[f"{m}_start"] for m in METRICS if f"{m}_start" in r}
+            lines.append(f"| {r['dataset']} | (untrained) | {cell(start, 'top1')} | {cell(start, 'top5')} "
+                         f"| {cell(start, 'top20')} | {cell(start, 'mrr')} | {cell(start, 'avg_rank', pct=False)} | | |")
         if "error" in r:
             lines.append(f"| {r['dataset']} | {r['variant']} | {r['error']} |||||||")
             continue
@@ -103,6 +109,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/ablation")
     ap.add_argument("--data-dir", default="data/prepared")
     ap.add_argument("--extra", nargs="*", default=[], help="overrides added to every run")
+    ap.add_argument("--collect", action="store_true", help="only tabulate the runs already finished under --out")
     args = ap.parse_args()
     names = list(VARIANTS) if args.variants == "all" else args.variants.split(",")
     unknown = [n for n in names if n not in VARIANTS]
@@ -114,6 +121,11 @@ def main() -> None:
         for name in names:
             if name == "multi_positive" and dataset != "nfcorpus":
                 continue  # one positive per question on QA data: nothing to vary
+            summary = out / dataset / name / "train_summary.json"
+            if args.collect:
+                if summary.is_file():
+                    rows.append(row_of(dataset, name, json.loads(summary.read_text())))
+                continue
             rows.append(run_variant(dataset, name, VARIANTS[name][1], out, args.data_dir, args.extra))
             write(out, rows)
     print(table(rows))
