@@ -149,9 +149,11 @@ class TrainCommandSchema:
     model: BiEncoderConfig = field(default_factory=BiEncoderConfig)
     data: DataSchema = field(default_factory=DataSchema)
     train: Any = None     # TrainConfig (dpr.training) checks its own group
+    loss: Any = None      # conf/loss/<name>.yaml: _target_ + the loss's own keys (checked when it is built)
     logger: Any = None
     data_dir: str = MISSING
     output_dir: str = MISSING
+    train_file: Optional[str] = None  # re-mining rounds train on their own file
     seed: int = 42
     overwrite: bool = False
 
