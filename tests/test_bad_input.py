@@ -381,7 +381,10 @@ def test_ctrl_c_is_one_line(tmp_path, tiny_model_dir):
     proc = subprocess.Popen([str(BIN / "dpr-encode"), f"model={tiny_model_dir}", f"passages={passages}",
                              f"output_dir={out}", "batch_size=8", "device=cpu"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "WANDB_MODE": "disabled"})
+                            env={**os.environ, "WANDB_MODE": "disabled"},
+                            # a shell running the suite in the background leaves SIGINT ignored, and Python then
+                            # installs no KeyboardInterrupt handler: restore the default, as a terminal would have it
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     end = time.monotonic() + 120
     while not any(out.glob(".shard_*.tmp")) and proc.poll() is None and time.monotonic() < end:
         time.sleep(0.01)
