@@ -48,18 +48,22 @@ def tokenize(text: str) -> list[str]:
     return [m.group().lower() for m in _TOKEN_RE.finditer(normalize(text))]
 
 
+def token_string(text: str) -> str:
+    """``text``'s tokens joined and framed by a separator: a token sequence occurs contiguously in a passage
+    exactly when its token string is a substring of the passage's."""
+    return _SEP + _SEP.join(tokenize(text)) + _SEP
+
+
 @functools.lru_cache(maxsize=1 << 15)
 def _haystack(text: str) -> str:
     # A passage is checked against every question that retrieved it; cache its tokenization.
-    return _SEP + _SEP.join(tokenize(text)) + _SEP
+    return token_string(text)
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _needle(answer: str) -> str | None:
-    tokens = tokenize(answer)
-    if not tokens:
-        return None
-    return _SEP + _SEP.join(tokens) + _SEP
+    needle = token_string(answer)
+    return None if needle == _SEP + _SEP else needle
 
 
 @functools.lru_cache(maxsize=1 << 12)

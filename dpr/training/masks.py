@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from dpr.eval.has_answer import _SEP, has_answer, tokenize
+from dpr.eval.has_answer import _needle, has_answer, token_string
 from dpr.losses import PairMasks
 
 _PASSAGE_SEP = "\x1e"  # never inside a token string: occurrences cannot straddle two passages
@@ -72,17 +72,17 @@ class CorpusAnswers:
     """Every passage of a corpus that contains an answer (has_answer's string mode), found by substring search."""
 
     def __init__(self, texts: Sequence[str]) -> None:
-        hay = [_SEP + _SEP.join(tokenize(t)) + _SEP for t in texts]
+        # not has_answer's cached _haystack: a whole corpus would flush that cache for nothing
+        hay = [token_string(t) for t in texts]
         self.starts = np.cumsum([0] + [len(h) + 1 for h in hay[:-1]]).tolist()
         self.text = _PASSAGE_SEP.join(hay)
 
     def rows(self, answers: Sequence[str]) -> list[int]:
         found: set[int] = set()
         for answer in answers:
-            tokens = tokenize(answer)
-            if not tokens:
+            needle = _needle(answer)  # None for an answer without tokens: it matches nothing, as in has_answer
+            if needle is None:
                 continue
-            needle = _SEP + _SEP.join(tokens) + _SEP
             pos = self.text.find(needle)
             while pos >= 0:
                 found.add(bisect.bisect_right(self.starts, pos) - 1)
