@@ -62,7 +62,7 @@ def _batch(items, per_q):
     ctxs = [c for it in items for c in it.passages]
     m = pair_masks([it.as_question() for it in items], [c["passage_id"] for c in ctxs], [c["text"] for c in ctxs],
                    [i * per_q for i in range(len(items))])
-    return Batch(0, {}, {}, m, [it.as_question() for it in items], [c["passage_id"] for c in ctxs])
+    return Batch(0, {}, {}, m, [it.as_question() for it in items])
 
 
 def _sim(a, b):

@@ -63,7 +63,6 @@ class Batch(NamedTuple):
     p_inputs: dict | None
     masks: "PairMasks"
     questions: list[dict]
-    pool_ids: list[str]
 
 
 def load_examples(path: str | Path) -> list[dict]:
@@ -297,21 +296,17 @@ class TrainBatches:
         """This rank's items (its slice of the global batch)."""
         return rank_slice(self.global_items(epoch, batch_in_epoch), self.rank, self.world_size)
 
-    def masks(self, global_items: Sequence[TrainItem]) -> PairMasks:
-        """This rank's questions against the global pool (every rank's passages in rank order)."""
-        per = len(global_items) // self.world_size
-        first = self.rank * per
+    def masks(self, global_items: Sequence[TrainItem], questions: Sequence[dict]) -> PairMasks:
+        """This rank's ``questions`` (its slice of ``global_items``, as ``as_question`` dicts) against the
+        global pool (every rank's passages in rank order)."""
+        first = self.rank * (len(global_items) // self.world_size)
         ctxs = [c for it in global_items for c in it.passages]
         per_q = 1 + self.hard_negatives
-        local = global_items[first:first + per]
         ids = [c["passage_id"] for c in ctxs]
-        masks = pair_masks(
-            [it.as_question() for it in local], ids, [c["text"] for c in ctxs],
-            [(first + i) * per_q for i in range(len(local))],
-            multi_positive=self.multi_positive, mask_answers=self.mask_answers,
-        )
+        masks = pair_masks(questions, ids, [c["text"] for c in ctxs], [(first + i) * per_q for i in range(len(questions))],
+                           multi_positive=self.multi_positive, mask_answers=self.mask_answers)
         if self.teacher is not None:
-            masks.teacher = self.teacher.scores([it.question for it in local], ids)
+            masks.teacher = self.teacher.scores([q["question"] for q in questions], ids)
         return masks
 
     def iter_epoch(self, epoch: int, start: int = 0, passages: bool = True) -> Iterator[Batch]:
@@ -320,5 +315,5 @@ class TrainBatches:
             everyone = self.global_items(epoch, b)
             items = rank_slice(everyone, self.rank, self.world_size)
             q, p = collate(items, self.tokenizer, self.q_len, self.p_len, passages=passages)
-            yield Batch(b, q, p, self.masks(everyone), [it.as_question() for it in items],
-                        [c["passage_id"] for it in everyone for c in it.passages])
+            questions = [it.as_question() for it in items]
+            yield Batch(b, q, p, self.masks(everyone, questions), questions)
