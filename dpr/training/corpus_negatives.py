@@ -125,9 +125,6 @@ class CorpusNegatives:
             targets.append(col[self.row[tid]])
         masks = pair_masks(questions, ids, None, targets, multi_positive=self.multi_positive,
                            mask_answers=self.mask_answers, answer_rows=answer_cols)
-        self._add_teacher(masks, questions, ids)
-        return Candidates(self.vectors[rows], ids, masks, targets)
-
-    def _add_teacher(self, masks: PairMasks, questions: Sequence[dict], ids: Sequence[str]) -> None:
         if self.teacher is not None:
             masks.teacher = self.teacher.scores([qu["question"] for qu in questions], ids)
+        return Candidates(self.vectors[rows], ids, masks, targets)

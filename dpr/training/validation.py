@@ -236,6 +236,11 @@ def validate(
     return (metrics, p) if return_vectors else metrics
 
 
+def greater_is_better(metric: str) -> bool:
+    """Ranks and losses go down as models improve; accuracies and MRR go up."""
+    return not ("rank" in metric or "loss" in metric)
+
+
 class Validator:
     """Dev validation as the trainer uses it: names its primary metric and whether greater is better."""
 
@@ -245,7 +250,7 @@ class Validator:
         self.use_answers, self.cfg, self.autocast = use_answers, cfg, autocast
         self.q_len, self.p_len = question_max_length, passage_max_length
         self.primary_metric = primary_metric
-        self.greater_is_better = not ("rank" in primary_metric or "loss" in primary_metric)
+        self.greater_is_better = greater_is_better(primary_metric)
 
     def __bool__(self) -> bool:
         return bool(self.examples)
@@ -263,5 +268,4 @@ class Validator:
     def is_better(self, metric: str, value: float, best: float | None) -> bool:
         if best is None:
             return True
-        greater = not ("rank" in metric or "loss" in metric)
-        return value > best if greater else value < best
+        return value > best if greater_is_better(metric) else value < best
