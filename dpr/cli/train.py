@@ -76,13 +76,11 @@ def check_steps(cfg: DictConfig) -> None:
     from dpr.data.dataset import DatasetPaths
     from dpr.data.retriever_json import read_retriever_json
 
+    from dpr.training.config import TrainConfig
+
     t = cfg.train
+    TrainConfig.from_dict(OmegaConf.to_container(t, resolve=True))  # its own checks: zero steps, bad values
     max_steps, epochs = int(t.get("max_steps", 0) or 0), int(t.get("epochs", 0) or 0)
-    frozen = int(t.get("frozen_steps", 0) or 0)
-    if max_steps < 0 or epochs < 0:
-        raise ValueError(f"train.max_steps and train.epochs must be >= 0, got {max_steps}, {epochs}")
-    if max_steps == 0 and epochs == 0 and frozen == 0:
-        raise ValueError("zero training steps: set train.max_steps, train.epochs or train.frozen_steps > 0")
     if max_steps == 0 and epochs > 0:  # epochs decide: the incomplete last batch is dropped
         world = int(os.environ.get("WORLD_SIZE", "1"))
         per_step = int(t.batch_size) * world * int(t.get("grad_accumulation_steps", 1) or 1)

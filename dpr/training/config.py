@@ -83,7 +83,7 @@ class TrainConfig:
         for key in ("batch_size", "grad_accumulation_steps", "log_every", "print_every", "rounds"):
             if int(getattr(tc, key)) < 1:
                 raise ValueError(f"train.{key} must be >= 1, got {getattr(tc, key)}")
-        for key in ("hard_negatives", "frozen_steps", "corpus_refresh_every", "remine_skip_top"):
+        for key in ("hard_negatives", "frozen_steps", "corpus_refresh_every", "remine_skip_top", "max_steps", "epochs"):
             if int(getattr(tc, key)) < 0:
                 raise ValueError(f"train.{key} must be >= 0, got {getattr(tc, key)}")
         if tc.precision not in ("auto", "fp32", "bf16", "fp16"):
@@ -93,7 +93,8 @@ class TrainConfig:
         if not 0.0 <= tc.remine_bm25_share <= 1.0:
             raise ValueError(f"train.remine_bm25_share must be in [0, 1], got {tc.remine_bm25_share}")
         if tc.max_steps <= 0 and tc.epochs <= 0 and tc.frozen_steps <= 0:
-            raise ValueError("nothing to train: train.max_steps, train.epochs and train.frozen_steps are all 0")
+            raise ValueError("zero training steps (nothing to train): set train.max_steps, train.epochs or "
+                             "train.frozen_steps > 0")
         return tc
 
 
