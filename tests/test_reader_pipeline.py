@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-BIN = Path(sys.executable).parent
+from test_pipeline import _pipeline
 
 
 def test_pipeline_with_reader_reports_bound_and_reader_side_by_side(tiny_data_dir, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
-    cmd = [
-        str(BIN / "dpr-pipeline"), "data.name=tiny", "data.kind=qa", "data.recipe=none",
-        f"data_dir={tiny_data_dir}", f"output_dir={out}", f"model.name={tiny_model_dir}",
-        "model.shared=false", "model.pooling=cls", "model.similarity=dot", "model.temperature=1.0",
-        "train.max_steps=2", "train.batch_size=4", "train.hard_negatives=1", "train.save_every=0",
-        "train.val_max_questions=4", "train.frozen_steps=2", "bm25.num_negatives=3", "retrieve.k=20", "encode.batch_size=8",
-        "reader=true", f"reader_cfg.model={tiny_model_dir}", "reader_cfg.max_length=64",
-        "reader_cfg.train.max_steps=2", "reader_cfg.train.batch_size=4", "reader_cfg.train.save_every=0",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"},
-                          timeout=600)
+    # the pipeline test's tiny run (later overrides win), reading the top 20 with a tiny reader
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "retrieve.k=20", "encode.batch_size=8",
+                     "reader=true", f"reader_cfg.model={tiny_model_dir}", "reader_cfg.max_length=64",
+                     "reader_cfg.train.max_steps=2", "reader_cfg.train.batch_size=4", "reader_cfg.train.save_every=0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "eval" / "report.json").read_text())
     reader = report["reader"]
