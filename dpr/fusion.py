@@ -35,6 +35,7 @@ Run = dict[str, dict[str, float]]
 Source = Union[Results, Run, str, Path]
 
 NORMALIZE = ("minmax", "none")
+TUNE_METRICS = ("topk", "mrr")
 DEFAULT_GRID = [round(0.05 * i, 2) for i in range(41)]  # 0, 0.05, …, 2.0
 
 
@@ -203,16 +204,21 @@ fuse_runs_rrf = fuse_rrf
 # --------------------------------------------------------------------------------------------- tuning
 
 def tune_linear_weight(bm25_dev: Source, dense_dev: Source, grid: Sequence[float] = DEFAULT_GRID,
-                       metric_k: int = 20, qrels: str | Path | Mapping | None = None,
-                       normalize: str = "minmax") -> tuple[float, list[dict[str, Any]]]:
+                       metric_k: int = 100, qrels: str | Path | Mapping | None = None,
+                       normalize: str = "minmax", metric: str = "mrr") -> tuple[float, list[dict[str, Any]]]:
     """The grid weight with the best dev metric (ties → the smaller weight) and the whole table.
 
-    QA results: top-``metric_k`` accuracy (a passage with ``has_answer`` in the fused top k).
-    TREC runs: Recall@``metric_k`` against ``qrels`` (path or ``{qid: {docid: rel}}``; rel > 0 counts),
-    averaged over queries with at least one relevant passage.
+    ``metric="topk"``: QA results: top-``metric_k`` accuracy (a passage with ``has_answer`` in the fused
+    top k); TREC runs: Recall@``metric_k`` against ``qrels`` (path or ``{qid: {docid: rel}}``; rel > 0
+    counts), averaged over queries with at least one relevant passage.
+    ``metric="mrr"``: MRR@``metric_k`` of the first answer-bearing / relevant passage. Top-20 saturates
+    near 98% on easy dev sets, so many weights tie there and the tie-break decides; MRR sees every rank.
     """
     if not grid:
         raise ValueError("the weight grid is empty")
+    if metric not in TUNE_METRICS:
+        raise ValueError(f"metric must be one of {TUNE_METRICS}, got {metric!r}")
+    mrr = metric == "mrr"
     b, d = _pair_inputs(bm25_dev, dense_dev)
     per_question: list[tuple[_Candidates, np.ndarray]] = []  # candidates, relevance flag per candidate
     if _is_run(b):
@@ -222,7 +228,7 @@ def tune_linear_weight(bm25_dev: Source, dense_dev: Source, grid: Sequence[float
             from dpr.data.beir import read_qrels
 
             qrels = read_qrels(qrels)
-        metric = f"recall@{metric_k}"
+        name = f"mrr@{metric_k}" if mrr else f"recall@{metric_k}"
         for qid, judged in qrels.items():
             relevant = {doc for doc, rel in judged.items() if rel > 0}
             if not relevant:
@@ -231,7 +237,7 @@ def tune_linear_weight(bm25_dev: Source, dense_dev: Source, grid: Sequence[float
             flags = np.array([p in relevant for p in cand.ids], dtype=np.float64) / len(relevant)
             per_question.append((cand, flags))
     else:
-        metric = f"top{metric_k}"
+        name = f"mrr@{metric_k}" if mrr else f"top{metric_k}"
         for br, dr in _aligned(b, d):
             cand = _Candidates(_ranked_ctxs(br), _ranked_ctxs(dr), normalize)
             hit = {str(c["id"]) for c in [*br.get("ctxs", []), *dr.get("ctxs", [])] if c.get("has_answer")}
@@ -244,12 +250,16 @@ def tune_linear_weight(bm25_dev: Source, dense_dev: Source, grid: Sequence[float
     for w in sorted(float(x) for x in grid):
         total = 0.0
         for cand, flags in per_question:
-            top = cand.order(cand.linear(w))[:metric_k]
-            total += flags[top].max(initial=0.0) if metric.startswith("top") else flags[top].sum()
+            top = flags[cand.order(cand.linear(w))[:metric_k]]
+            if mrr:
+                hits = np.flatnonzero(top > 0)
+                total += 1.0 / (hits[0] + 1) if hits.size else 0.0
+            else:
+                total += top.max(initial=0.0) if name.startswith("top") else top.sum()
         value = total / len(per_question)
-        table.append({"weight": w, "metric": metric, "value": round(value, 6)})
+        table.append({"weight": w, "metric": name, "value": round(value, 6)})
         if value > best_v + 1e-12:  # strictly better: ties keep the smaller weight
             best_w, best_v = w, value
-    log.info("fusion weight %.3g: dev %s %.4f (%d questions, grid of %d)", best_w, metric, best_v,
+    log.info("fusion weight %.3g: dev %s %.4f (%d questions, grid of %d)", best_w, name, best_v,
              len(per_question), len(table))
     return best_w, table

@@ -171,7 +171,8 @@ def hybrid_retrieve(
     dense_dev: str | Path | None = None,
     qrels_dev: str | Path | None = None,
     grid: Sequence[float] = DEFAULT_GRID,
-    metric_k: int = 20,
+    metric_k: int = 100,
+    metric: str = "mrr",
     normalize: str = "minmax",
     k: int = 100,
     k_rrf: float = 60,
@@ -192,7 +193,7 @@ def hybrid_retrieve(
         if bm25_dev is None or dense_dev is None:
             raise ValueError("linear fusion needs weight=<w>, or bm25_dev= and dense_dev= result files to tune it on")
         weight, table = tune_linear_weight(bm25_dev, dense_dev, grid=grid, metric_k=metric_k, qrels=qrels_dev,
-                                           normalize=normalize)
+                                           normalize=normalize, metric=metric)
     fuse_linear(bm25, dense, float(weight), output, k=k, normalize=normalize)
-    return {"fusion": "linear", "weight": float(weight), "normalize": normalize, "metric_k": metric_k,
+    return {"fusion": "linear", "weight": float(weight), "normalize": normalize, "metric": metric, "metric_k": metric_k,
             "table": table, "output": str(output)}

@@ -89,19 +89,34 @@ def test_tune_weight_picks_best_and_smallest_on_ties():
     q2_bm25 = result("q2", [ctx("y", 5.0), ctx("x", 1.0, True)])
     q2_dense = result("q2", [ctx("x", 0.8, True), ctx("y", 0.2)])
     grid = [4.0, 0.0, 0.5, 1.0, 2.0, 3.0]
-    weight, table = tune_linear_weight(BM25 + [q2_bm25], DENSE + [q2_dense], grid=grid, metric_k=1)
+    weight, table = tune_linear_weight(BM25 + [q2_bm25], DENSE + [q2_dense], grid=grid, metric_k=1,
+                                       metric="topk")
     values = {row["weight"]: row["value"] for row in table}
     assert values == {0.0: 0.5, 0.5: 0.5, 1.0: 0.5, 2.0: 0.0, 3.0: 0.5, 4.0: 0.5}
     assert weight == 0.0  # all-way tie → the smallest weight
     # a second question like q1 tips the balance to large weights: 3 and 4 tie → 3
     q3_bm25, q3_dense = dict(BM25[0], question="q3"), dict(DENSE[0], question="q3")
     weight, table = tune_linear_weight(BM25 + [q2_bm25, q3_bm25], DENSE + [q2_dense, q3_dense], grid=grid,
-                                       metric_k=1)
+                                       metric_k=1, metric="topk")
     assert weight == 3.0
     assert [row["metric"] for row in table] == ["top1"] * len(grid)
     # with k=2, a is in the top 2 for w >= 1 and x for all w: every weight >= 1 gets both questions
-    weight, _ = tune_linear_weight(BM25 + [q2_bm25], DENSE + [q2_dense], grid=grid, metric_k=2)
+    weight, _ = tune_linear_weight(BM25 + [q2_bm25], DENSE + [q2_dense], grid=grid, metric_k=2, metric="topk")
     assert weight == 1.0
+
+
+def test_tune_weight_by_mrr():
+    # same questions as above, at k=2: q1's answer a ranks 1st for w > 2, 2nd for 1 <= w <= 2, below 2 otherwise;
+    # q2's x ranks 1st for w <= 1, else 2nd. MRR@2 = mean of 1/rank (0 outside the top 2).
+    q2_bm25 = result("q2", [ctx("y", 5.0), ctx("x", 1.0, True)])
+    q2_dense = result("q2", [ctx("x", 0.8, True), ctx("y", 0.2)])
+    grid = [4.0, 0.0, 0.5, 1.0, 2.0, 3.0]
+    weight, table = tune_linear_weight(BM25 + [q2_bm25], DENSE + [q2_dense], grid=grid, metric_k=2, metric="mrr")
+    assert {row["weight"]: row["value"] for row in table} == {0.0: 0.5, 0.5: 0.5, 1.0: 0.75, 2.0: 0.5, 3.0: 0.75,
+                                                              4.0: 0.75}
+    assert weight == 1.0 and table[0]["metric"] == "mrr@2"
+    with pytest.raises(ValueError, match="metric"):
+        tune_linear_weight(BM25, DENSE, grid=grid, metric="ndcg")
 
 
 def test_trec_runs_fuse_and_tune():
@@ -114,7 +129,8 @@ def test_trec_runs_fuse_and_tune():
     rrf = fuse_runs_rrf(bm25, dense, k=10)
     assert list(rrf["q1"]) == ["b", "a", "d", "c"]
     qrels = {"q1": {"a": 1, "c": 0}, "q2": {"x": 2}, "q3": {"z": 0}}  # q3 has no relevant doc: skipped
-    weight, table = tune_linear_weight(bm25, dense, grid=[0.0, 3.0], metric_k=1, qrels=qrels)
+    weight, table = tune_linear_weight(bm25, dense, grid=[0.0, 3.0], metric_k=1, qrels=qrels,
+                                       metric="topk")
     assert [row["value"] for row in table] == [0.5, 0.5] and weight == 0.0
     assert table[0]["metric"] == "recall@1"
     with pytest.raises(ValueError, match="qrels"):

@@ -89,7 +89,7 @@ def _check_hybrid_weight_from_dev(out: Path) -> None:
     from dpr.fusion import fuse_linear, tune_linear_weight
 
     saved = json.loads((out / "hybrid" / "weight.json").read_text())
-    kw = {"metric_k": saved["metric_k"], "normalize": saved["normalize"],
+    kw = {"metric": saved["metric"], "metric_k": saved["metric_k"], "normalize": saved["normalize"],
           "grid": [row["weight"] for row in saved["grid"]]}
     assert saved["metric_k"] == 1
     dev_w, _ = tune_linear_weight(out / "bm25" / "dev.json", out / "dense" / "dev.json", **kw)

@@ -128,7 +128,8 @@ class RetrieveSchema:
     dense_dev: Optional[str] = None
     qrels_dev: Optional[str] = None
     grid: List[float] = field(default_factory=list)
-    metric_k: int = 20
+    metric: str = "mrr"
+    metric_k: int = 100
     k_rrf: float = 60.0
 
 
