@@ -43,6 +43,9 @@ def test_presets_override_a_few_keys():
     quick = OmegaConf.to_container(_compose("train=quick").train)
     assert quick["max_steps"] == 20 and quick["batch_size"] == 16
     assert quick["lr"] == TrainConfig().lr
+    long = OmegaConf.to_container(_compose("train=long").train)  # builds on the pipeline recipe
+    assert (long["frozen_steps"], long["max_steps"], long["validate_at_start"]) == (248, 400, True)
+    assert long["lr"] == TrainConfig().lr
 
 
 @pytest.mark.parametrize("bad,match", [({"batch_size": 0}, "batch_size"), ({"rounds": 0}, "rounds"),
