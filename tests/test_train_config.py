@@ -27,7 +27,7 @@ def test_yaml_and_dataclass_cannot_disagree(config_name):
     defaults = dataclasses.asdict(TrainConfig())
     if config_name == "pipeline":
         # the pipeline's overrides: the untrained dev figures, and the recipe chosen on dev
-        defaults.update(validate_at_start=True, frozen_steps=124)
+        defaults.update(validate_at_start=True, frozen_steps=124, lr=5e-5)
     assert composed == defaults
 
 
@@ -45,7 +45,7 @@ def test_presets_override_a_few_keys():
     assert quick["lr"] == TrainConfig().lr
     long = OmegaConf.to_container(_compose("train=long").train)  # builds on the pipeline recipe
     assert (long["frozen_steps"], long["max_steps"], long["validate_at_start"]) == (248, 400, True)
-    assert long["lr"] == TrainConfig().lr
+    assert long["lr"] == 5e-5
 
 
 @pytest.mark.parametrize("bad,match", [({"batch_size": 0}, "batch_size"), ({"rounds": 0}, "rounds"),
