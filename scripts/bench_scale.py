@@ -165,12 +165,16 @@ def index_factory_name(index, params: dict) -> str:
                            nlist=params.get("nlist"), m=params.get("m"))
 
 
-def index_params(name: str) -> dict:
+def index_params(name: str, train_sample: int = 0) -> dict:
+    """The settings of ``conf/index/<name>.yaml`` (what ``dpr-index index=<name>`` builds)."""
     from omegaconf import OmegaConf
 
     from dpr.resources import conf_dir
 
-    return dict(OmegaConf.to_container(OmegaConf.load(conf_dir() / "index" / f"{name}.yaml")))
+    params = dict(OmegaConf.to_container(OmegaConf.load(conf_dir() / "index" / f"{name}.yaml")))
+    if train_sample and "train_sample" in params:
+        params["train_sample"] = train_sample
+    return params
 
 
 def recommend(sweep: list[dict], flat_acc: float, k: int, target: int, budget_gb: float, max_loss: float,
@@ -205,6 +209,8 @@ def main() -> None:
     ap.add_argument("--target", type=int, default=21_000_000)
     ap.add_argument("--budget-gb", type=float, default=4.0)
     ap.add_argument("--max-loss", type=float, default=1.5, help="top-k points lost against flat")
+    ap.add_argument("--train-sample", type=int, default=0,
+                    help="IVF/PQ training vectors (0 = conf/index/ivfpq.yaml's); fewer = faster k-means")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
@@ -245,15 +251,16 @@ def main() -> None:
             elif stage == "hnsw" and args.hnsw_max_size and n > args.hnsw_max_size:
                 res["hnsw"] = {"skipped": f"above --hnsw-max-size {args.hnsw_max_size}"}
             else:
-                res[stage] = run_index(emb, index_params(stage), real, check, work)[0]
+                res[stage] = run_index(emb, index_params(stage, args.train_sample), real, check, work)[0]
             if stage != "sweep":
                 log.info("%s @ %d: %s", stage, n, res[stage])
+            write_json_atomic(args.json, {**results, "complete": False})  # a killed run keeps what it measured
         results.update(summarise(args, sizes, results, flat_acc, k))
         results["config"] = {"sizes": sizes, "real_passages": r, "questions": len(real["pairs"]), "k": k,
                              "dim": int(real["vectors"].shape[1]), "memory_measure": MEMORY_MEASURE,
                              "passages": str(args.passages), "qa": str(args.qa), "model": str(args.model),
                              "target": args.target, "budget_gb": args.budget_gb, "max_loss_points": args.max_loss}
-        write_json_atomic(args.json, results)
+        write_json_atomic(args.json, {**results, "complete": True})
         print(table(results, sizes, ["bm25", *indexes], k))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -261,7 +268,7 @@ def main() -> None:
 
 def sweep(args: argparse.Namespace, emb: Path, real: dict, check: AnswerCheck, work: Path, n: int) -> list[dict]:
     """Every candidate factory × nprobe at size ``n``; factories the data cannot train are recorded as skipped."""
-    base = index_params("ivfpq")
+    base = index_params("ivfpq", args.train_sample)
     nprobes = [int(x) for x in args.nprobes.split(",") if x]
     out = []
     for factory in [f for f in args.candidates.split(";") if f]:
