@@ -53,6 +53,7 @@ MEMORY_MEASURE = "peak anonymous RSS above the level before the build (RssAnon, 
 
 def load_real(args: argparse.Namespace, work: Path) -> dict:
     """Real passages, test questions, passage vectors (rows = passage order) and question vectors."""
+    from dpr.atomic import atomic_path
     from dpr.data.passages import iter_passages
     from dpr.index.shards import list_shards
     from dpr.retrieve import encode_questions, read_questions
@@ -70,7 +71,14 @@ def load_real(args: argparse.Namespace, work: Path) -> dict:
     if ids != [r["id"] for r in rows]:
         raise ValueError(f"{emb}: the embeddings' passage ids are not {args.passages}' passages in order")
     pairs = read_questions(args.qa)[: args.queries or None]
-    qvecs, _ = encode_questions(args.model, [q for q, _ in pairs])
+    cache = args.question_vectors
+    if cache is not None and cache.is_file() and len(qvecs := np.load(cache)) == len(pairs):
+        log.info("question vectors from %s", cache)
+    else:  # encoding ~2,000 questions takes minutes on a busy CPU: --question-vectors keeps them for reruns
+        qvecs, _ = encode_questions(args.model, [q for q, _ in pairs])
+        if cache is not None:
+            with atomic_path(cache) as tmp, open(tmp, "wb") as f:
+                np.save(f, qvecs)
     return {"rows": rows, "vectors": vecs, "pairs": pairs, "qvecs": np.ascontiguousarray(qvecs, dtype=np.float32),
             "normalized": bool(shards[0].manifest.get("normalized", False))}
 
@@ -200,6 +208,7 @@ def main() -> None:
     ap.add_argument("--qa", type=Path, help="default: <data-dir>/<dataset>/test.qa.tsv")
     ap.add_argument("--model", required=True, help="trained run dir (question vectors; passages without --embeddings)")
     ap.add_argument("--embeddings", type=Path, help="dpr-encode output of --passages (default: encode with --model)")
+    ap.add_argument("--question-vectors", type=Path, help="cache of the encoded questions (.npy; read if present)")
     ap.add_argument("--queries", type=int, default=0, help="first N questions only (0 = all)")
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--indexes", default=",".join(INDEXES), help="conf/index configs measured at every size")
