@@ -303,7 +303,12 @@ def summarise(args: argparse.Namespace, sizes: list[int], results: dict, flat_ac
     swept = [c for c in results.get("sweep", []) if "skipped" not in c]
     best = recommend(swept, flat_acc, k, args.target, args.budget_gb, args.max_loss, growth.get("ivfpq", {})) \
         if swept and flat_acc is not None else None
-    projection = {system: {"memory_gb": (g["index_bytes"]["at_target"] or 0) / 1e9,
+    # memory: bytes per passage at the largest measured size × target. Index memory is linear in N by
+    # construction; a log-log fit bends low when fixed parts (IVF centroids, PQ codebooks) weigh at small N.
+    last_bpp = {system: [results["sizes"][str(n)][system]["bytes_per_passage"] for n in sizes
+                         if "bytes_per_passage" in results["sizes"][str(n)].get(system, {})][-1] for system in growth}
+    projection = {system: {"memory_gb": last_bpp[system] * args.target / 1e9,
+                           "memory_gb_fitted": (g["index_bytes"]["at_target"] or 0) / 1e9,
                            "build_hours": (g["build_s"]["at_target"] or 0) / 3600,
                            "ms_per_query": g["ms_per_query"]["at_target"]} for system, g in growth.items()}
     if best is not None:
