@@ -28,7 +28,6 @@ the matmul peak measured here in that precision (`dpr.perf.peak`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile

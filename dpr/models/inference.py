@@ -16,7 +16,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dpr.models.biencoder import BiEncoder
-from dpr.perf.cpu import cpu_supports_bf16  # noqa: F401  (re-exported: its old home)
+from dpr.perf.cpu import cpu_supports_bf16
 
 log = logging.getLogger(__name__)
 
