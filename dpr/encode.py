@@ -81,7 +81,7 @@ def _is_finished(files: ShardFiles, expected: dict) -> bool:
     if manifest is None:
         return False
     keys = ("shard_id", "num_shards", "start", "end", "total", "count", "dtype", "model_fingerprint",
-            "passages_sha256", "max_length")
+            "passages_sha256", "max_length", "quantize")
     return all(manifest.get(k) == expected.get(k) for k in keys)
 
 
@@ -110,6 +110,7 @@ def encode_corpus(
     batch_size: int = 64,
     dtype: str = "float16",
     autocast: str | None = "auto",
+    quantize: str | None = "auto",
     device: str | None = None,
     max_length: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
@@ -121,7 +122,8 @@ def encode_corpus(
     ``shard_id=None`` encodes every shard assigned to this process (all of them outside torchrun);
     ``dtype`` is the storage type of the vectors (float16 halves disk and index-build I/O);
     ``max_length`` defaults to the model's ``passage_max_length``; ``autocast`` "auto" | "bf16" |
-    "fp16" | "off"; ``device`` defaults to cuda:LOCAL_RANK when CUDA is available, else CPU.
+    "fp16" | "off"; ``quantize`` "auto" | "none" | "int8" (`dpr.models.quantize`: int8 replaces autocast,
+    and ``auto`` is none, int8 failing the quality bar); ``device`` defaults to cuda:LOCAL_RANK when CUDA is available, else CPU.
     """
     from dpr.data.passages import load_passages
 
@@ -129,6 +131,9 @@ def encode_corpus(
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if batch_size < 1 or chunk_size < 1:
         raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size}, {chunk_size}")
+    from dpr.models.quantize import resolve_quantize
+
+    quantize = resolve_quantize(quantize)  # validated before any work; the device is checked once known
     todo_ids = assigned_shards(int(num_shards), shard_id)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -139,7 +144,7 @@ def encode_corpus(
     model_id = str(Path(model_path).resolve()) if Path(str(model_path)).is_dir() else str(model_path)
     common = {"model": model_id, "model_fingerprint": model_fingerprint(model_path),
               "passages": passages_signature(passages_path), "passages_sha256": passages_fingerprint(passages_path),
-              "total": total, "dtype": dtype, "max_length": max_length}
+              "total": total, "dtype": dtype, "max_length": max_length, "quantize": quantize}
 
     pending = []
     for i in todo_ids:
@@ -158,10 +163,14 @@ def encode_corpus(
 
     from dpr.distributed import device as default_device
     from dpr.models import iter_encode_batches, load_biencoder
+    from dpr.models.quantize import quantize_for_inference
 
     dev = torch.device(device) if device else default_device()
     model, tokenizer = load_biencoder(str(model_path))
     model.to(dev)
+    model = quantize_for_inference(model, quantize, dev)
+    if quantize == "int8":
+        autocast = "off"  # int8 kernels take fp32 activations
     normalized = model.config.similarity == "cosine"
     dim = int(model.dim)
     np_dtype = np.dtype(dtype)

@@ -1,21 +1,26 @@
 #!/usr/bin/env python
-"""Passage encoding speed: the project's encoder against sentence-transformers on the same model and texts.
+"""Passage encoding speed: the project's encoder against sentence-transformers, precision for precision.
 
-    .venv/bin/python scripts/bench_encode.py                    # 512 squad1_open passages (short)
-    .venv/bin/python scripts/bench_encode.py --n 4096 --qa 300  # + top-20 accuracy on 300 questions
+    .venv/bin/python scripts/bench_encode.py --json bench_encode.json                 # 512 squad1_open passages
+    .venv/bin/python scripts/bench_encode.py --n 1024 --qa 300 --json bench_encode.json
+    .venv/bin/python scripts/bench_encode.py --no-bf16 --json nobf16.json             # as on a CPU without bf16
 
-Model: all-MiniLM-L6-v2 (offline copy, `dpr.models.hub.default_model_path()`). Texts: the first
-``--n`` passages of squad1_open (prepared from the data mirror into a temp folder if absent under
---data-dir), passage text only so both libraries see identical inputs. The project runs
-`dpr.models.encode_texts` (length-sorted batches padded to their longest, inference mode, bf16
-autocast where the CPU/GPU has it: ``--autocast auto``) and, for reference, the same in fp32;
-sentence-transformers runs ``SentenceTransformer(path).encode(texts, batch_size)`` (its default fp32).
-Also timed: `dpr.encode.encode_corpus` end to end (TSV → Arrow → shards, titles included).
+Model: all-MiniLM-L6-v2 (offline copy) or ``--model <HF dir>``. Texts: the first ``--n`` passages of
+squad1_open (passage text only, so both libraries see identical inputs). Rows, timed round-robin (best
+of ``--repeat``) so load from other jobs drifts over all of them alike:
 
-Checks: each of our vectors points the same way as sentence-transformers' (cosine ≥ 0.99 per row;
-ST normalises, we compare directions) and, with ``--qa M``, top-20 accuracy over the N passages on
-M test questions whose answer occurs in them is the same for both vector sets. Target: ≥ 1.5× ST's
-passages/s on this CPU.
+- fp32: ours (`dpr.models.encode_texts`, length-sorted batches, inference mode) and
+  sentence-transformers ``encode`` (its default; it also sorts by length);
+- bf16 (only where the CPU has native bf16; ``--no-bf16`` / ``DPR_NO_BF16=1`` pretends it has not):
+  both under ``torch.autocast(bfloat16)``;
+- int8: ours with dynamic int8 ``nn.Linear`` (`dpr.models.quantize`); the peer has no torch int8 path.
+
+MFU (ours): FLOPs from the model config (`dpr.perf.flops`) over the padded batch shapes our encoder
+actually computes on, divided by time and by the matmul peak this script measures in that precision
+(`dpr.perf.peak`, ``--peak-n``); none for int8 (no comparable peak). Quality per row: min cosine
+against our fp32 vectors, and with ``--qa M`` top-20 accuracy on M questions whose answer occurs in the
+N passages. ``ratio.best``: ours with this machine's defaults (autocast and quantize ``auto``) over the
+peer's default (fp32). Also timed: `dpr.encode.encode_corpus` end to end (TSV → Arrow → shards).
 """
 
 from __future__ import annotations
@@ -69,70 +74,88 @@ def top_k_accuracy(q: np.ndarray, p: np.ndarray, hits: np.ndarray, k: int) -> fl
     return float(np.take_along_axis(hits, top, axis=1).any(axis=1).mean())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=512, help="passages to encode")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3, help="timed rounds per encoder (best is kept)")
-    ap.add_argument("--autocast", default="auto", help="project autocast: auto | bf16 | off")
+    ap.add_argument("--autocast", default="auto", help="our default precision: auto | bf16 | off")
     ap.add_argument("--qa", type=int, default=0, help="questions for the top-20 accuracy check (0 = skip)")
     ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")
     ap.add_argument("--dataset", default="squad1_open")
+    ap.add_argument("--model", default="all-MiniLM-L6-v2", help="alias or HF model dir (tests: a tiny BERT)")
+    ap.add_argument("--no-bf16", action="store_true", help="pretend the CPU lacks native bf16 (DPR_NO_BF16=1)")
+    ap.add_argument("--no-int8", action="store_true", help="skip our int8 row")
+    ap.add_argument("--no-corpus", action="store_true", help="skip the encode_corpus end-to-end timing")
+    ap.add_argument("--peak-n", type=int, default=2048, help="matmul size for the measured peak")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: process CPU time, steadier than wall time on a machine shared with other jobs "
                          "(use with --threads 1)")
-    ap.add_argument("--json", type=Path, help="also write the numbers here")
-    args = ap.parse_args()
+    ap.add_argument("--json", type=Path, help="also write the results here (the interface in dpr/perf/report.py)")
+    args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.no_bf16:
+        os.environ["DPR_NO_BF16"] = "1"
 
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from dpr.atomic import write_json_atomic
     from dpr.data.passages import iter_passages, write_passages
     from dpr.encode import encode_corpus
     from dpr.models import encode_texts, load_biencoder
-    from dpr.models.hub import default_model_path
-    from dpr.models.inference import cpu_supports_bf16
+    from dpr.models.hub import resolve_model_name
+    from dpr.models.inference import batch_positions, tokenize_batch
+    from dpr.models.quantize import quantize_for_inference, resolve_quantize
+    from dpr.perf import cpu_supports_bf16, matmul_peak_gflops, mfu, total_flops
+    from dpr.perf.report import bench_report, row
 
     if args.threads:
         torch.set_num_threads(args.threads)
     root = find_dataset(args.data_dir, args.dataset, prefix="bench_encode_")
     rows = list(itertools.islice(iter_passages(root / "passages.tsv"), args.n))
     texts = [r["text"] for r in rows]
-    path = default_model_path()
-    model, tok = load_biencoder("all-MiniLM-L6-v2")
+    path = resolve_model_name(args.model)
+    model, tok = load_biencoder(args.model, pooling="mean")  # sentence-transformers mean-pools a plain HF dir too
     st = SentenceTransformer(path, device="cpu")
     bs = args.batch_size
+    bf16 = cpu_supports_bf16()
+    precisions = ["fp32"] + (["bf16"] if bf16 else [])
+    peer = "sentence-transformers"
 
-    ours = lambda: encode_texts(model, tok, texts, "passage", batch_size=bs, autocast=args.autocast).numpy()
-    ours32 = lambda: encode_texts(model, tok, texts, "passage", batch_size=bs, autocast="off").numpy()
-    theirs = lambda: st.encode(texts, batch_size=bs, convert_to_numpy=True, show_progress_bar=False)
+    def ours(autocast: str, m=model):
+        return lambda: encode_texts(m, tok, texts, "passage", batch_size=bs, autocast=autocast).numpy()
+
+    def theirs(precision: str):
+        def run():
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                return st.encode(texts, batch_size=bs, convert_to_numpy=True, show_progress_bar=False)
+        return run
+
+    fns = {}
+    for p in precisions:
+        fns[("ours", p)] = ours("off" if p == "fp32" else "bf16")
+        fns[(peer, p)] = theirs(p)
+    int8_model = None
+    if not args.no_int8:
+        int8_model = quantize_for_inference(model, "int8")
+        fns[("ours", "int8")] = ours("off", int8_model)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    timed = best_times({"ours": ours, "fp32": ours32, "st": theirs}, args.repeat, clock)
-    (t_ours, v_ours), (t_ours32, v_ours32), (t_st, v_st) = timed["ours"], timed["fp32"], timed["st"]
-    cos = (unit(v_ours) * unit(v_st)).sum(1)
-    cos32 = (unit(v_ours32) * unit(v_st)).sum(1)
+    timed = best_times(fns, args.repeat, clock)
+    peaks = {p: matmul_peak_gflops(p, args.peak_n) for p in precisions}
 
-    with tempfile.TemporaryDirectory() as tmp:
-        tsv = Path(tmp) / "passages.tsv"
-        write_passages(tsv, rows)
-        t0 = time.perf_counter()
-        encode_corpus("all-MiniLM-L6-v2", tsv, Path(tmp) / "emb", batch_size=bs, autocast=args.autocast,
-                      cache_dir=Path(tmp) / "arrow", progress=False)
-        t_corpus = time.perf_counter() - t0
-
+    # The shapes our encoder computes on: its own batching, each batch padded to its longest.
+    shapes = [tuple(tokenize_batch(tok, [texts[i] for i in idx], None, model.config.passage_max_length)
+                    ["input_ids"].shape) for idx in batch_positions(texts, None, bs)]
+    flops = total_flops(model.question_encoder.config, shapes)
+    ref = timed[("ours", "fp32")][1]
     n = len(texts)
-    report = {
-        "n": n, "batch_size": bs, "threads": torch.get_num_threads(), "cpu_native_bf16": cpu_supports_bf16(),
-        "autocast": args.autocast, "clock": args.clock,
-        "ours_psg_per_s": round(n / t_ours, 1), "ours_fp32_psg_per_s": round(n / t_ours32, 1),
-        "st_psg_per_s": round(n / t_st, 1), "speedup": round(t_st / t_ours, 2),
-        "speedup_fp32": round(t_st / t_ours32, 2),
-        "encode_corpus_psg_per_s_incl_load": round(n / t_corpus, 1),
-        "cosine_min": round(float(cos.min()), 5), "cosine_mean": round(float(cos.mean()), 5),
-        "cosine_min_fp32": round(float(cos32.min()), 6),
-    }
+    out_rows = []
+    for (system, p), (secs, vecs) in timed.items():
+        cos = (unit(vecs) * unit(ref)).sum(1)
+        m = mfu(flops, secs, peaks.get(p)) if system == "ours" else None
+        out_rows.append(row(system, p, n / secs, m, cosine_min_vs_ours_fp32=round(float(cos.min()), 5)))
 
     if args.qa:
         from dpr.data.qa import read_qa_tsv
@@ -146,22 +169,45 @@ def main() -> None:
             if len(pairs) == args.qa:
                 break
         questions = [q for q, _ in pairs]
-        hits = np.array([f for _, f in pairs])
-        q_ours = encode_texts(model, tok, questions, "question", batch_size=bs, autocast=args.autocast).numpy()
-        q_st = st.encode(questions, batch_size=bs, convert_to_numpy=True, show_progress_bar=False)
-        report["qa_questions"] = len(questions)
-        report["top20_ours"] = round(top_k_accuracy(q_ours, v_ours, hits, 20), 4)
-        report["top20_st"] = round(top_k_accuracy(q_st, v_st, hits, 20), 4)
+        hits = np.array([f for _, f in pairs]).reshape(len(pairs), n)
+        for r in out_rows:
+            p = r["precision"]
+            if r["system"] == "ours":
+                m = int8_model if p == "int8" else model
+                q = encode_texts(m, tok, questions, "question", batch_size=bs,
+                                 autocast="bf16" if p == "bf16" else "off").numpy()
+            else:
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=p == "bf16"):
+                    q = st.encode(questions, batch_size=bs, convert_to_numpy=True, show_progress_bar=False)
+            r["top20"] = round(top_k_accuracy(q, timed[(r["system"], p)][1], hits, 20), 4) if len(q) else None
+        for r in out_rows:
+            r["top20_equal_ours_fp32"] = r["top20"] == next(
+                x["top20"] for x in out_rows if x["system"] == "ours" and x["precision"] == "fp32")
 
+    default = "int8" if resolve_quantize("auto") == "int8" else (
+        "bf16" if bf16 and args.autocast in ("auto", "bf16") else "fp32")
+    extra = {"n": n, "batch_size": bs, "threads": torch.get_num_threads(), "clock": args.clock,
+             "padded_tokens": int(sum(b * s for b, s in shapes)), "gflop": flops / 1e9,
+             "qa_questions": args.qa and len(questions)}
+    if not args.no_corpus:
+        with tempfile.TemporaryDirectory() as tmp:
+            tsv = Path(tmp) / "passages.tsv"
+            write_passages(tsv, rows)
+            t0 = time.perf_counter()
+            encode_corpus(args.model, tsv, Path(tmp) / "emb", batch_size=bs, autocast=args.autocast,
+                          cache_dir=Path(tmp) / "arrow", progress=False)
+            extra["encode_corpus_per_s_incl_load"] = round(n / (time.perf_counter() - t0), 1)
+    report = bench_report(out_rows, peer, default, peaks, **extra)
     print(json.dumps(report, indent=1))
-    ok = report["cosine_min"] >= 0.99
-    print(f"ours {report['ours_psg_per_s']} psg/s ({args.autocast}), fp32 {report['ours_fp32_psg_per_s']} psg/s, "
-          f"sentence-transformers {report['st_psg_per_s']} psg/s → {report['speedup']}× "
-          f"(target ≥ 1.5×); min cosine {report['cosine_min']} ({'ok' if ok else 'BELOW 0.99'})")
+    print(f"{'system':24s} {'precision':9s} {'psg/s':>8s} {'MFU':>7s} {'min cos':>8s} {'top-20':>7s}")
+    for r in report["rows"]:
+        mfu_s = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
+        print(f"{r['system']:24s} {r['precision']:9s} {r['per_s']:8.1f} {mfu_s:>7s} "
+              f"{r['cosine_min_vs_ours_fp32']:8.4f} {r.get('top20', '-')!s:>7s}")
+    print(f"ratios (ours / peer): {report['ratio']}; peak GFLOP/s {report['peak_gflops']}")
     if args.json:
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
-    if not ok:
-        sys.exit(1)
+        write_json_atomic(args.json, report, indent=1)
+    return report
 
 
 if __name__ == "__main__":

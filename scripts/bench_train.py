@@ -15,14 +15,19 @@ drift on a shared machine hits both alike.
   column, loss, backward, clip, AdamW step. Passages are given as ``"title [SEP] text"`` (the same
   tokens as our (title, text) pairs).
 
-    .venv/bin/python scripts/bench_train.py                        # 10 steps each, batch 16, H=1
-    .venv/bin/python scripts/bench_train.py --steps 30 --batch-size 32 --json bench.json
+Rows (the JSON interface of `dpr.perf.report`, ``--json``): ours and the peer in fp32, and in bf16
+where the CPU has native bf16 (``--no-bf16`` / ``DPR_NO_BF16=1`` pretends it has not); each row trains
+its own copy from the same weights, all rows step in turn. MFU (ours): 3 × the forward FLOPs of the
+padded question and passage batches each step computes on (`dpr.perf.flops`), over the step time and
+the matmul peak measured here in that precision (`dpr.perf.peak`).
+
+    .venv/bin/python scripts/bench_train.py --json bench_train.json          # 10 steps each, batch 16, H=1
+    .venv/bin/python scripts/bench_train.py --steps 30 --batch-size 32 --json bench_train.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -52,19 +57,24 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")
     ap.add_argument("--data", default="squad1_open")
+    ap.add_argument("--model", default="all-MiniLM-L6-v2", help="alias or HF model dir (tests: a tiny BERT)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--hard-negatives", type=int, default=1)
     ap.add_argument("--question-max-length", type=int, default=64)
     ap.add_argument("--passage-max-length", type=int, default=192)
-    ap.add_argument("--precision", default="auto", help="ours: auto|fp32|bf16")
-    ap.add_argument("--st-precision", default="fp32", help="sentence-transformers: fp32 (its default) or bf16")
+    ap.add_argument("--precision", default="auto", help="our default precision: auto|fp32|bf16")
+    ap.add_argument("--st-precision", default="fp32", help="the peer's default: fp32 (its default) or bf16")
+    ap.add_argument("--no-bf16", action="store_true", help="pretend the CPU lacks native bf16 (DPR_NO_BF16=1)")
+    ap.add_argument("--peak-n", type=int, default=2048, help="matmul size for the measured peak")
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--max-grad-norm", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here (dpr/perf/report.py)")
     args = ap.parse_args(argv)
+    if args.no_bf16:
+        os.environ["DPR_NO_BF16"] = "1"
 
     from sentence_transformers import SentenceTransformer
     try:  # sentence-transformers >= 6 moved the losses
@@ -72,11 +82,14 @@ def main(argv: list[str] | None = None) -> dict:
     except ImportError:
         from sentence_transformers.losses import MultipleNegativesRankingLoss
 
+    from dpr.atomic import write_json_atomic
+    from dpr.losses import SoftmaxNLLLoss
     from dpr.models import load_biencoder
-    from dpr.models.hub import default_model_path
+    from dpr.models.hub import resolve_model_name
+    from dpr.perf import cpu_supports_bf16, matmul_peak_gflops, mfu, total_flops
+    from dpr.perf.report import bench_report, row
     from dpr.training.data import TrainBatches, load_examples
     from dpr.training.grad_cache import standard_step
-    from dpr.losses import SoftmaxNLLLoss
     from dpr.training.optim import build_optimizer, linear_schedule, optimizer_step
     from dpr.training.steps import bind_loss
     from dpr.training.trainer import _autocast, resolve_precision
@@ -87,19 +100,12 @@ def main(argv: list[str] | None = None) -> dict:
     train_path, data_desc = _dataset(args.data_dir, args.data)
     examples = load_examples(train_path)
     batch_size = min(args.batch_size, len(examples))
-    precision = resolve_precision(args.precision, device)
-
-    torch.manual_seed(args.seed)
-    ours, tokenizer = load_biencoder(
-        "all-MiniLM-L6-v2", shared=True, pooling="mean", similarity="cosine", temperature=0.05,
-        question_max_length=args.question_max_length, passage_max_length=args.passage_max_length,
-    )
-    ours.train()
-    st = SentenceTransformer(default_model_path(), device="cpu")
-    st.max_seq_length = args.passage_max_length
-    st.train()
-    mnrl = MultipleNegativesRankingLoss(st)  # scale 20, cosine: the same objective as ours
-
+    default = resolve_precision(args.precision, device)
+    precisions = ["fp32"] + (["bf16"] if cpu_supports_bf16() else [])
+    peer = "sentence-transformers"
+    model_kw = dict(shared=True, pooling="mean", similarity="cosine", temperature=0.05,
+                    question_max_length=args.question_max_length, passage_max_length=args.passage_max_length)
+    tokenizer = load_biencoder(args.model, **model_kw)[1]
     # answer masking off: MultipleNegativesRankingLoss has none, so both train the same objective
     batches = TrainBatches(examples, tokenizer, batch_size=batch_size, hard_negatives=args.hard_negatives,
                            question_max_length=args.question_max_length,
@@ -107,86 +113,103 @@ def main(argv: list[str] | None = None) -> dict:
     per_epoch = batches.num_batches(0)
     plan = [(i // per_epoch, i % per_epoch) for i in range(args.steps)]
 
-    o_opt = build_optimizer(ours, args.lr, 0.01)
-    o_sched = linear_schedule(o_opt, 0, args.steps)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
-    outputs: list = []
-    loss = SoftmaxNLLLoss()
-    autocast = _autocast(precision, device)
+    def make_ours(precision: str):
+        torch.manual_seed(args.seed)
+        model = load_biencoder(args.model, **model_kw)[0]
+        model.train()
+        opt = build_optimizer(model, args.lr, 0.01)
+        sched = linear_schedule(opt, 0, args.steps)
+        scaler = torch.amp.GradScaler("cpu", enabled=False)
+        autocast, loss, outputs = _autocast(precision, device), SoftmaxNLLLoss(), []
+        config = model.question_encoder.config
 
-    s_opt = build_optimizer(st, args.lr, 0.01)
-    s_sched = linear_schedule(s_opt, 0, args.steps)
-    s_autocast = args.st_precision == "bf16"
+        def step(epoch: int, b: int, items) -> tuple[float, int]:
+            outputs.clear()
+            batch = next(batches.iter_epoch(epoch, start=b))
+            loss_fn = bind_loss(loss, model.similarity, batch, corpus=None, frozen=False, accum=1, scaler=scaler,
+                                outputs=outputs)
+            optimizer_step(model, [(batch.q_inputs, batch.p_inputs, loss_fn)], step_fn=standard_step,
+                           autocast=autocast, optimizer=opt, scheduler=sched, scaler=scaler,
+                           max_grad_norm=args.max_grad_norm, device=device)
+            shapes = [tuple(batch.q_inputs["input_ids"].shape), tuple(batch.p_inputs["input_ids"].shape)]
+            return float(outputs[0].loss.detach()), total_flops(config, shapes, training=True)
+        return step
 
     def fmt(ctx: dict) -> str:
         return f"{ctx['title']} [SEP] {ctx['text']}" if ctx.get("title") else ctx["text"]
 
-    res = {"ours": {"times": [], "losses": []}, "st": {"times": [], "losses": []}}
-    for step, (epoch, b) in enumerate(plan):
-        items = batches.items(epoch, b)
-        # ours
-        t = time.perf_counter()
-        outputs.clear()
-        batch = next(batches.iter_epoch(epoch, start=b))
-        loss_fn = bind_loss(loss, ours.similarity, batch, corpus=None, frozen=False, accum=1, scaler=scaler,
-                            outputs=outputs)
-        optimizer_step(ours, [(batch.q_inputs, batch.p_inputs, loss_fn)], step_fn=standard_step, autocast=autocast,
-                       optimizer=o_opt, scheduler=o_sched, scaler=scaler, max_grad_norm=args.max_grad_norm, device=device)
-        res["ours"]["times"].append(time.perf_counter() - t)
-        res["ours"]["losses"].append(float(outputs[0].loss.detach()))
-        # sentence-transformers
-        t = time.perf_counter()
-        columns = [[it.question for it in items]] + [
-            [fmt(it.passages[j]) for it in items] for j in range(1 + args.hard_negatives)
-        ]
+    def make_st(precision: str):
+        torch.manual_seed(args.seed)
+        st = SentenceTransformer(resolve_model_name(args.model), device="cpu")
+        st.max_seq_length = args.passage_max_length
+        st.train()
+        mnrl = MultipleNegativesRankingLoss(st)  # scale 20, cosine: the same objective as ours
+        opt = build_optimizer(st, args.lr, 0.01)
+        sched = linear_schedule(opt, 0, args.steps)
         tokenize = getattr(st, "preprocess", None) or st.tokenize  # renamed in sentence-transformers 6
-        features = [tokenize(col) for col in columns]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=s_autocast):
-            loss = mnrl(features, None)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(st.parameters(), args.max_grad_norm)
-        s_opt.step()
-        s_sched.step()
-        s_opt.zero_grad(set_to_none=True)
-        res["st"]["times"].append(time.perf_counter() - t)
-        res["st"]["losses"].append(float(loss.detach()))
-        print(f"step {step + 1}/{args.steps}: ours {res['ours']['times'][-1]:.2f}s loss {res['ours']['losses'][-1]:.4f} | "
-              f"st {res['st']['times'][-1]:.2f}s loss {res['st']['losses'][-1]:.4f}", flush=True)
 
-    def rate(times: list[float]) -> float:
-        timed = times[1:] if len(times) > 1 else times  # the first step pays one-off kernel set-up
-        return batch_size * len(timed) / sum(timed)
+        def step(epoch: int, b: int, items) -> tuple[float, None]:
+            columns = [[it.question for it in items]] + [
+                [fmt(it.passages[j]) for it in items] for j in range(1 + args.hard_negatives)
+            ]
+            features = [tokenize(col) for col in columns]
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = mnrl(features, None)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(st.parameters(), args.max_grad_norm)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            return float(loss.detach()), None
+        return step
 
-    def median(times: list[float]) -> float:
-        timed = sorted(times[1:] if len(times) > 1 else times)
-        return timed[len(timed) // 2]
+    sides = {}
+    for p in precisions:
+        sides[("ours", p)] = make_ours(p)
+        sides[(peer, p)] = make_st(p)
+    res = {key: {"times": [], "losses": [], "flops": []} for key in sides}
+    for i, (epoch, b) in enumerate(plan):
+        items = batches.items(epoch, b)
+        for key, step in sides.items():  # round-robin: load drift hits every row alike
+            t = time.perf_counter()
+            loss_value, flops = step(epoch, b, items)
+            res[key]["times"].append(time.perf_counter() - t)
+            res[key]["losses"].append(loss_value)
+            res[key]["flops"].append(flops)
+        print(f"step {i + 1}/{args.steps}: " + " | ".join(
+            f"{k[0]} {k[1]} {v['times'][-1]:.2f}s loss {v['losses'][-1]:.4f}" for k, v in res.items()), flush=True)
+    peaks = {p: matmul_peak_gflops(p, args.peak_n) for p in precisions}
 
-    for side in res.values():
-        side["examples_per_s"] = rate(side["times"])
-        side["median_step_s"] = median(side["times"])
-        side["min_step_s"] = min(side["times"])
-    ratio = res["ours"]["examples_per_s"] / res["st"]["examples_per_s"]
-    summary = {
-        "data": data_desc, "steps": args.steps, "batch_size": batch_size, "hard_negatives": args.hard_negatives,
-        "question_max_length": args.question_max_length, "passage_max_length": args.passage_max_length,
-        "threads": torch.get_num_threads(), "ours_precision": precision, "st_precision": args.st_precision,
-        "ours": res["ours"], "st": res["st"], "ratio": ratio,
-        "ratio_median": res["st"]["median_step_s"] / res["ours"]["median_step_s"],
-    }
+    rows = []
+    for (system, p), side in res.items():
+        timed = slice(1, None) if len(side["times"]) > 1 else slice(None)  # the first step pays kernel set-up
+        secs = sum(side["times"][timed])
+        flops = sum(side["flops"][timed]) if system == "ours" else 0
+        rows.append(row(system, p, batch_size * len(side["times"][timed]) / secs,
+                        mfu(flops, secs, peaks.get(p)) if system == "ours" else None,
+                        median_step_s=round(sorted(side["times"][timed])[len(side["times"][timed]) // 2], 3),
+                        first_loss=round(side["losses"][0], 4), last_loss=round(side["losses"][-1], 4),
+                        mean_loss=round(sum(side["losses"]) / len(side["losses"]), 4)))
+    summary = bench_report(
+        rows, peer, default, peaks, data=data_desc, steps=args.steps, batch_size=batch_size,
+        hard_negatives=args.hard_negatives, question_max_length=args.question_max_length,
+        passage_max_length=args.passage_max_length, threads=torch.get_num_threads(), unit="examples/s")
+    # The peer's default is fp32; its bf16 row is only the like-for-like comparison.
+    if args.st_precision == "bf16":
+        ours_default = next(r["per_s"] for r in rows if r["system"] == "ours" and r["precision"] == default)
+        st_bf16 = next((r["per_s"] for r in rows if r["system"] == peer and r["precision"] == "bf16"), None)
+        summary["ratio"]["best"] = round(ours_default / st_bf16, 3) if st_bf16 else None
     print()
     print(f"data: {data_desc}; {args.steps} steps, batch {batch_size}, H={args.hard_negatives}, "
           f"max lengths q={args.question_max_length} p={args.passage_max_length}, {torch.get_num_threads()} threads")
-    print(f"{'':30s} {'examples/s':>10s} {'median s/step':>13s} {'min s/step':>10s} {'first loss':>10s} {'last loss':>10s}")
-    for key, label in (("ours", f"dpr trainer ({precision})"), ("st", f"sentence-transformers ({args.st_precision})")):
-        side = res[key]
-        print(f"{label:30s} {side['examples_per_s']:10.2f} {side['median_step_s']:13.2f} {side['min_step_s']:10.2f} "
-              f"{side['losses'][0]:10.4f} {side['losses'][-1]:10.4f}")
-    print(f"speed-up: {ratio:.2f}x in examples/s (all steps but each side's first), "
-          f"{summary['ratio_median']:.2f}x in median step time")
-    mean_loss = {k: sum(v["losses"]) / len(v["losses"]) for k, v in res.items()}
-    print(f"mean loss over the run: ours {mean_loss['ours']:.4f}, sentence-transformers {mean_loss['st']:.4f}")
+    print(f"{'system':24s} {'precision':9s} {'examples/s':>10s} {'MFU':>7s} {'median s/step':>13s} {'mean loss':>9s}")
+    for r in summary["rows"]:
+        mfu_s = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
+        print(f"{r['system']:24s} {r['precision']:9s} {r['per_s']:10.2f} {mfu_s:>7s} {r['median_step_s']:13.2f} "
+              f"{r['mean_loss']:9.4f}")
+    print(f"ratios (ours / peer): {summary['ratio']}; peak GFLOP/s {summary['peak_gflops']}")
     if args.json:
-        args.json.write_text(json.dumps(summary, indent=2))
+        write_json_atomic(args.json, summary)
     return summary
 
 

@@ -87,6 +87,7 @@ class EncodeSchema:
     batch_size: int = 64
     dtype: str = "float16"
     autocast: Any = "auto"
+    quantize: str = "auto"
     device: Optional[str] = None
     max_length: Optional[int] = None
     chunk_size: int = 16384

@@ -16,23 +16,11 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dpr.models.biencoder import BiEncoder
+from dpr.perf.cpu import cpu_supports_bf16
 
 log = logging.getLogger(__name__)
 
 TOWERS = ("question", "passage")
-
-
-def cpu_supports_bf16() -> bool:
-    """True when this CPU has native bf16 matmuls (AVX512-BF16 or AMX); emulated bf16 is slower than fp32."""
-    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
-        fn = getattr(torch.cpu, probe, None)
-        if fn is not None:
-            try:
-                if fn():
-                    return True
-            except Exception:  # private probes; absence of support is the safe answer
-                continue
-    return False
 
 
 def autocast_context(device: torch.device | str, autocast: str | None = "auto") -> contextlib.AbstractContextManager:
@@ -83,6 +71,18 @@ def tokenize_batch(
     return dict(tokenizer.pad(encoded, padding="longest", return_tensors="pt"))
 
 
+def batch_positions(texts: Sequence[str], titles: Sequence[str] | None, batch_size: int,
+                    sort_by_length: bool = True) -> list[list[int]]:
+    """The positions of each batch, in encoding order: by length (characters of text + title), longest
+    first, so each batch pads only to its own longest; in input order without ``sort_by_length``."""
+    def length(i: int) -> int:
+        return len(texts[i]) + (len(titles[i]) if titles is not None else 0)
+
+    # Longest first: the first batch shows the peak memory right away, not at the end of a long run.
+    order = sorted(range(len(texts)), key=length, reverse=True) if sort_by_length else list(range(len(texts)))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
 def _unwrap(model: nn.Module) -> BiEncoder:
     while not isinstance(model, BiEncoder) and isinstance(getattr(model, "module", None), nn.Module):
         model = model.module
@@ -124,17 +124,11 @@ def iter_encode_batches(
         bi.to(dev)
     encode = bi.encode_questions if tower == "question" else bi.encode_passages
 
-    def length(i: int) -> int:
-        return len(texts[i]) + (len(titles[i]) if titles is not None else 0)
-
-    # Longest first: the first batch shows the peak memory right away, not at the end of a long run.
-    order = sorted(range(len(texts)), key=length, reverse=True) if sort_by_length else list(range(len(texts)))
     was_training = bi.training
     bi.eval()
     try:
         with tqdm(total=len(texts), desc=f"encode {tower}s", unit="text", disable=not progress) as bar:
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
+            for idx in batch_positions(texts, titles, batch_size, sort_by_length):
                 batch = tokenize_batch(
                     tokenizer,
                     [texts[i] for i in idx],

@@ -27,7 +27,7 @@ from dpr.data.dataset import DatasetPaths
 from dpr.losses import build_loss
 from dpr.model_card import write_model_card
 from dpr.models import load_biencoder, save_biencoder
-from dpr.models.inference import cpu_supports_bf16
+from dpr.perf.cpu import cpu_supports_bf16
 from dpr.training import checkpoint as ckpt
 from dpr.training.config import TrainConfig
 from dpr.training.corpus_negatives import CorpusNegatives

@@ -1,0 +1,44 @@
+"""The benchmarks' shared JSON interface (``--json``): rows per (system, precision), ratios, peaks, CPU flags.
+
+    {"rows": [{"system": "ours" | <peer>, "precision": "fp32" | "bf16" | "int8", "per_s": x, "mfu": y | null}],
+     "ratio": {"fp32": r, "bf16": r | null, "best": r},
+     "peak_gflops": {"fp32": g, "bf16": g | null}, "cpu_flags": [...]}
+
+``ratio.<p>`` = ours / peer in precision p; ``ratio.best`` = ours with this machine's default levers /
+the peer's default (fp32).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpr.perf.cpu import cpu_flags
+
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+def row(system: str, precision: str, per_s: float, mfu: float | None = None, **extra: Any) -> dict:
+    """One result row; ``extra`` keys (quality checks, step times) ride along."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    return {"system": system, "precision": precision, "per_s": round(float(per_s), 3),
+            "mfu": None if mfu is None else round(float(mfu), 4), **extra}
+
+
+def bench_report(rows: list[dict], peer: str, ours_default: str, peaks: dict[str, float | None],
+                 **extra: Any) -> dict:
+    """The interface dict from ``rows``; ``ours_default`` is the precision our defaults pick on this machine."""
+    rate = {(r["system"], r["precision"]): r["per_s"] for r in rows}
+
+    def ratio(ours: str, theirs: str) -> float | None:
+        a, b = rate.get(("ours", ours)), rate.get((peer, theirs))
+        return round(a / b, 3) if a and b else None
+
+    return {
+        "rows": sorted(rows, key=lambda r: (PRECISIONS.index(r["precision"]), r["system"] != "ours")),
+        "ratio": {"fp32": ratio("fp32", "fp32"), "bf16": ratio("bf16", "bf16"), "best": ratio(ours_default, "fp32")},
+        "peak_gflops": {p: (None if peaks.get(p) is None else round(peaks[p], 1)) for p in ("fp32", "bf16")},
+        "cpu_flags": list(cpu_flags()),
+        "ours_default": ours_default,
+        **extra,
+    }

@@ -1,0 +1,48 @@
+"""scripts/bench_encode.py and scripts/bench_train.py end to end on the tiny model: the --json interface."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from conftest import REPO
+
+KEYS = {"rows", "ratio", "peak_gflops", "cpu_flags"}
+
+
+def _script(name: str):
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+
+
+def _check(rep: dict, precisions: set[str]) -> None:
+    assert set(rep) >= KEYS and set(rep["ratio"]) == {"fp32", "bf16", "best"}
+    assert {r["precision"] for r in rep["rows"]} == precisions
+    for r in rep["rows"]:
+        assert set(r) >= {"system", "precision", "per_s", "mfu"} and r["per_s"] > 0
+        assert (r["mfu"] is not None) == (r["system"] == "ours" and r["precision"] != "int8")
+    assert rep["ratio"]["fp32"] > 0 and rep["ratio"]["best"] > 0
+
+
+def test_bench_encode_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("DPR_NO_BF16", "1")  # the "CPU without bf16" path: fp32 and int8 rows
+    out = tmp_path / "encode.json"
+    _script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
+                                  "--dataset", "tiny", "--n", "8", "--qa", "4", "--repeat", "1",
+                                  "--peak-n", "64", "--no-corpus", "--no-bf16", "--json", str(out)])
+    rep = json.loads(out.read_text())
+    _check(rep, {"fp32", "int8"})
+    assert rep["ratio"]["bf16"] is None and rep["peak_gflops"]["bf16"] is None
+    assert all(r["top20_equal_ours_fp32"] is not None for r in rep["rows"])
+
+
+def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("DPR_NO_BF16", "1")
+    out = tmp_path / "train.json"
+    _script("bench_train").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
+                                 "--data", "tiny", "--steps", "2", "--batch-size", "4", "--peak-n", "64",
+                                 "--no-bf16", "--json", str(out)])
+    _check(json.loads(out.read_text()), {"fp32"})

@@ -1,0 +1,94 @@
+"""dpr.perf (FLOPs, measured peak, CPU flags, the bench JSON interface) and the encoding levers' tolerances."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dpr.perf import cpu_flags, cpu_supports_bf16, encoder_forward_flops, matmul_peak_gflops, mfu, total_flops
+from dpr.perf.report import bench_report, row
+
+
+def test_forward_flops_equal_a_hand_count():
+    cfg = SimpleNamespace(hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    b, s, h, i = 3, 5, 32, 64
+    per_layer = (
+        2 * b * s * h * h * 3  # Q, K, V
+        + 2 * b * s * h * h  # attention output
+        + 2 * b * s * h * i * 2  # feed-forward in and out
+        + 2 * b * s * s * h * 2  # Q·Kᵀ and softmax·V
+    )
+    assert encoder_forward_flops(cfg, b, s) == 2 * per_layer == 510_720
+    assert total_flops(cfg, [(b, s), (1, 7)], training=True) == 3 * (
+        encoder_forward_flops(cfg, b, s) + encoder_forward_flops(cfg, 1, 7))
+
+
+def test_mfu():
+    assert mfu(2e9, 1.0, 4.0) == pytest.approx(0.5)
+    assert mfu(2e9, 1.0, None) is None
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_peak_is_positive_and_finite(precision):
+    g = matmul_peak_gflops(precision, n=64, repeat=2)
+    assert g > 0 and math.isfinite(g)
+
+
+def test_peak_refuses_unknown_precision():
+    with pytest.raises(ValueError, match="precision"):
+        matmul_peak_gflops("fp8", n=8)
+
+
+def test_no_bf16_override(monkeypatch):
+    monkeypatch.setenv("DPR_NO_BF16", "1")
+    assert cpu_supports_bf16() is False
+    assert isinstance(cpu_flags(), tuple)
+
+
+def test_report_interface():
+    rows = [row("ours", "fp32", 20.0, 0.1), row("peer", "fp32", 10.0), row("ours", "int8", 30.0)]
+    rep = bench_report(rows, "peer", "fp32", {"fp32": 100.0, "bf16": None})
+    assert set(rep) >= {"rows", "ratio", "peak_gflops", "cpu_flags"}
+    assert rep["ratio"] == {"fp32": 2.0, "bf16": None, "best": 2.0}
+    assert [r["precision"] for r in rep["rows"]] == ["fp32", "fp32", "int8"]
+    with pytest.raises(ValueError):
+        row("ours", "fp16", 1.0)
+
+
+def _cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cosine_similarity(a, b, dim=1)
+
+
+TEXTS = ["Honolulu is the capital of Hawaii.", "Paris is the capital and most populous city of France.",
+         "The mitochondria is the powerhouse of the cell, producing ATP for the cell's processes.", "Berlin."]
+
+
+def test_int8_lever_within_its_tolerance(tiny_model_dir):
+    from dpr.models import encode_texts, load_biencoder
+    from dpr.models.quantize import quantize_for_inference, resolve_quantize
+
+    model, tok = load_biencoder(str(tiny_model_dir), pooling="mean")
+    ref = encode_texts(model, tok, TEXTS, "passage", autocast="off")
+    q = quantize_for_inference(model, "int8")
+    assert q is not model and isinstance(model.question_encoder.encoder.layer[0].intermediate.dense, torch.nn.Linear)
+    out = encode_texts(q, tok, TEXTS, "passage", autocast="off")
+    # int8's stated tolerance (dpr/models/quantize.py: ≈0.96 min on MiniLM), not the 0.99 quality bar
+    assert _cosines(out, ref).min() >= 0.95
+    assert quantize_for_inference(model, "none") is model
+    assert resolve_quantize("auto") == "none"
+    with pytest.raises(ValueError, match="quantize"):
+        resolve_quantize("int4")
+    with pytest.raises(ValueError, match="CPU"):
+        resolve_quantize("int8", "cuda")
+
+
+def test_bf16_lever_within_its_tolerance(tiny_model_dir):
+    from dpr.models import encode_texts, load_biencoder
+
+    model, tok = load_biencoder(str(tiny_model_dir), pooling="mean")
+    ref = encode_texts(model, tok, TEXTS, "passage", autocast="off")
+    out = encode_texts(model, tok, TEXTS, "passage", autocast="bf16")
+    assert _cosines(out, ref).min() >= 0.99
