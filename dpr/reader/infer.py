@@ -7,11 +7,10 @@ best spans (:class:`Reading`), each with its window's relevance logit: a window'
 with another window's relevance.
 
 Across passages the answer is the window span with the highest
-``span score + passage_weight * relevance`` (:class:`AnswerRule`). The span score is ``log_prob`` by
-default: the span's log-probability under the window's own start and end softmaxes (over its passage
-tokens), the quantity the span loss trains. Raw ``start + end`` logits (``logit``) have an arbitrary
-offset per window, so a passage with large logits everywhere outscores the one holding the answer: open-domain
-EM then fell as k grew (README "Reader"). Within a window both scores rank spans identically.
+``span score + passage_weight * relevance`` (:class:`AnswerRule`). The span score is ``logit``
+(start + end logit) or ``log_prob`` (the span's log-probability under the window's own start and end
+softmaxes, what the span loss trains); the default is ``reader_cfg.eval.span_score`` (README "Reader":
+on dev, log_prob was far worse open-domain for a reader trained without negatives). Within a window both scores rank spans identically.
 """
 
 from __future__ import annotations
