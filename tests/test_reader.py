@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dpr.reader.infer import Reading, choose
+from dpr.reader.infer import AnswerRule, Reading, choose
 from dpr.reader.open_domain import answer_at_k
 from dpr.reader.windows import char_to_token_span, find_answer_spans, make_windows
 
@@ -87,13 +87,38 @@ def test_whole_word_matching():
 
 
 def test_open_domain_picks_the_highest_scoring_span_across_passages():
-    readings = [[Reading("Paris", 3.0, 0.5), Reading("Lyon", 5.0, 1.0), Reading("Nice", 9.0, -4.0)]]
-    assert answer_at_k(readings, 1) == ["Paris"]
-    assert answer_at_k(readings, 2) == ["Lyon"]   # 6.0 > 3.5
-    assert answer_at_k(readings, 3) == ["Lyon"]   # Nice: 9 - 4 = 5 < 6
-    assert answer_at_k(readings, 3, passage_weight=0.0) == ["Nice"]  # span score alone
-    assert choose([Reading("x", 1.0, 0.0), Reading("y", 1.0, 0.0)]) == 0  # ties: the higher-ranked passage
-    assert answer_at_k([[]], 5) == [""]
+    logit = AnswerRule("logit", 1.0)
+    readings = [[[Reading("Paris", 3.0, 0.5)], [Reading("Lyon", 5.0, 1.0)], [Reading("Nice", 9.0, -4.0)]]]
+    assert answer_at_k(readings, 1, logit) == ["Paris"]
+    assert answer_at_k(readings, 2, logit) == ["Lyon"]   # 6.0 > 3.5
+    assert answer_at_k(readings, 3, logit) == ["Lyon"]   # Nice: 9 - 4 = 5 < 6
+    assert answer_at_k(readings, 3, AnswerRule("logit", 0.0)) == ["Nice"]  # span score alone
+    tie = [[Reading("x", 1.0, 0.0)], [Reading("y", 1.0, 0.0)]]
+    assert choose(tie, logit).answer == "x"  # ties: the higher-ranked passage
+    assert answer_at_k([[]], 5, logit) == [""] and answer_at_k([[[]]], 5, logit) == [""]
+
+
+def test_log_prob_rule_compares_spans_of_passages_with_different_logit_scales():
+    # Nice's window has large logits everywhere (log-normaliser 12): its span is unlikely *in its window*
+    # (log P = 9 - 12 = -3) although its raw logits beat Lyon's (log P = 5 - 5.5 = -0.5)
+    readings = [[[Reading("Nice", 9.0, 0.0, log_norm=12.0)], [Reading("Lyon", 5.0, 0.0, log_norm=5.5)]]]
+    assert answer_at_k(readings, 2, AnswerRule("logit", 1.0)) == ["Nice"]
+    assert answer_at_k(readings, 2, AnswerRule("log_prob", 1.0)) == ["Lyon"]
+    assert readings[0][1][0].log_prob == -0.5
+    # the relevance still counts, with its weight: a much more relevant passage wins
+    readings[0][0][0].relevance = 3.0
+    assert answer_at_k(readings, 2, AnswerRule("log_prob", 1.0)) == ["Nice"]   # -3 + 3 > -0.5
+    assert answer_at_k(readings, 2, AnswerRule("log_prob", 0.5)) == ["Lyon"]   # -3 + 1.5 < -0.5
+    with pytest.raises(ValueError):
+        AnswerRule("softmax", 1.0)
+
+
+def test_a_window_span_is_scored_with_its_own_window_relevance():
+    # passage 1 has two windows: the best span in one, the best relevance in the other; mixing them
+    # (span 10 + relevance 5) would wrongly beat passage 2's single window (8 + 0)
+    readings = [[[Reading("a", 10.0, -5.0), Reading("b", 1.0, 5.0)], [Reading("c", 8.0, 0.0)]]]
+    assert answer_at_k(readings, 2, AnswerRule("logit", 1.0)) == ["c"]
+    assert answer_at_k(readings, 1, AnswerRule("logit", 1.0)) == ["b"]   # 1 + 5 > 10 - 5
 
 
 def _reader(*args: str) -> subprocess.CompletedProcess:
@@ -196,7 +221,23 @@ def test_read_pairs_returns_a_span_of_each_passage_and_skips_empty_ones(tiny_mod
     pairs = [("q one", "T", "Paris is the capital of France."), ("q two", "", "   "), ("q three", "L", long_text)]
     readings = read_pairs(model.eval(), tok, settings, pairs, max_answer_length=4, batch_size=2, precision="fp32")
     assert len(readings) == 3
-    assert readings[0].answer and readings[0].answer in pairs[0][2]
-    assert readings[1].answer == "" and readings[1].span_score == float("-inf")
-    assert readings[2].answer in long_text and len(tok(readings[2].answer, add_special_tokens=False)["input_ids"]) <= 4
-    assert choose(readings) != 1
+    assert len(readings[0]) == 1 and readings[0][0].answer and readings[0][0].answer in pairs[0][2]
+    assert readings[1] == []  # nothing to read: no window, never chosen
+    assert len(readings[2]) > 1  # one reading per window
+    for r in readings[2]:
+        assert r.answer in long_text and len(tok(r.answer, add_special_tokens=False)["input_ids"]) <= 4
+    for r in (*readings[0], *readings[2]):
+        assert r.log_prob <= 1e-9  # a log-probability of a (start, end) pair
+    assert choose(readings, AnswerRule("log_prob", 1.0)) is not None
+
+
+def test_log_norm_is_the_log_softmax_normaliser_over_passage_tokens():
+    import numpy as np
+    import torch
+
+    from dpr.reader.infer import _log_norm
+
+    rng = np.random.default_rng(0)
+    start, end = rng.normal(size=20) * 5, rng.normal(size=20) * 5
+    want = torch.logsumexp(torch.tensor(start[3:15]), 0) + torch.logsumexp(torch.tensor(end[3:15]), 0)
+    assert abs(_log_norm(start, end, 3, 14) - float(want)) < 1e-9

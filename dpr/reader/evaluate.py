@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from dpr.atomic import write_json_atomic
 from dpr.data.dataset import DatasetPaths
 from dpr.reader.gold import gold_records
+from dpr.reader.infer import AnswerRule
 from dpr.reader.model import load_reader
 from dpr.reader.open_domain import read_records, answer_at_k, read_topk
 from dpr.reader.squad_metrics import evaluate
@@ -21,6 +22,11 @@ def read_kwargs(ecfg: Mapping[str, Any]) -> dict:
     return {k: ecfg[k] for k in ("max_answer_length", "n_best", "batch_size", "precision")}
 
 
+def answer_rule(ecfg: Mapping[str, Any]) -> AnswerRule:
+    """How spans of different passages compare (``eval.span_score``, ``eval.passage_weight``)."""
+    return AnswerRule(str(ecfg["span_score"]), float(ecfg["passage_weight"]))
+
+
 def limit(records: list, max_questions: int) -> list:
     return records[:max_questions] if max_questions and max_questions > 0 else records
 
@@ -30,7 +36,7 @@ def gold_scores(model, tokenizer, settings: dict, records: list[dict], ecfg: Map
     """EM/F1 reading each question's gold passages (the best span across them when several)."""
     depth = max((len(r["ctxs"]) for r in records), default=1) or 1
     readings = read_records(model, tokenizer, settings, records, depth, cache, **read_kwargs(ecfg))
-    preds = answer_at_k(readings, depth, float(ecfg["passage_weight"]))
+    preds = answer_at_k(readings, depth, answer_rule(ecfg))
     return evaluate(preds, [r["answers"] for r in records]), preds
 
 
@@ -54,7 +60,7 @@ def evaluate_reader(rcfg: Mapping[str, Any], model_dir: Path, output: Path, resu
     if results is not None:
         records = limit(read_results(results), int(ecfg.get("max_questions", 0)))
         res = read_topk(model, tokenizer, settings, records, ks=list(ecfg["ks"]),
-                        passage_weight=float(ecfg["passage_weight"]), **read_kwargs(ecfg))
+                        rule=answer_rule(ecfg), **read_kwargs(ecfg))
         out["results"] = str(results)
         out["num_questions"] = len(records)
         out["figures"]["open_domain"] = res["k"]

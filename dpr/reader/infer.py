@@ -1,10 +1,16 @@
-"""Reading passages: the best span of each (question, passage) pair, and the answer across passages.
+"""Reading passages: the best span of each window of each (question, passage) pair, and the answer
+across passages.
 
 Every pair is cut into windows (as in training, with the settings the reader was trained with);
-windows of all pairs are batched together by length. A passage's reading is its best window span
-and its best window relevance. Across passages the answer is the span with the highest
-``span_score + passage_weight * relevance``: the relevance logit (DPR's passage selector) puts the
-span scores of different passages on one scale.
+windows of all pairs are batched together by length. A passage's reading is the list of its windows'
+best spans (:class:`Reading`), each with its window's relevance logit: a window's span is never paired
+with another window's relevance.
+
+Across passages the answer is the window span with the highest
+``span score + passage_weight * relevance`` (:class:`AnswerRule`). The span score is ``logit``
+(start + end logit) or ``log_prob`` (the span's log-probability under the window's own start and end
+softmaxes, what the span loss trains); the default is ``reader_cfg.eval.span_score`` (README "Reader":
+on dev, log_prob was far worse open-domain for a reader trained without negatives). Within a window both scores rank spans identically.
 """
 
 from __future__ import annotations
@@ -12,29 +18,61 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from dpr.reader.model import Reader, autocast_context
 from dpr.reader.spans import best_spans
 from dpr.reader.windows import make_windows
 
+SPAN_SCORES = ("log_prob", "logit")
+
 
 @dataclass
 class Reading:
+    """One window's best span."""
+
     answer: str
-    span_score: float
-    relevance: float
+    span_score: float     # start logit + end logit of the span
+    relevance: float      # the window's relevance logit ([CLS])
+    log_norm: float = 0.0  # logsumexp of the window's passage start logits + that of its end logits
 
-    def score(self, passage_weight: float = 1.0) -> float:
-        return self.span_score + passage_weight * self.relevance
+    @property
+    def log_prob(self) -> float:
+        """log P(start) + log P(end) under the window's softmaxes over its passage tokens."""
+        return self.span_score - self.log_norm
 
 
-def choose(readings: Sequence[Reading], passage_weight: float = 1.0) -> int:
-    """Index of the reading whose span scores highest across passages (the first on ties)."""
-    if not readings:
-        raise ValueError("no passage to answer from")
-    scores = [r.score(passage_weight) for r in readings]
-    return max(range(len(scores)), key=lambda i: (scores[i], -i))
+@dataclass(frozen=True)
+class AnswerRule:
+    """How window spans of different passages compare: ``span + passage_weight * relevance``.
+
+    A very large ``passage_weight`` reads DPR's rule (the passage with the best relevance first, then
+    its best span); 0 ignores the relevance head. No defaults here: they are ``reader_cfg.eval``'s.
+    """
+
+    span_score: str       # log_prob | logit
+    passage_weight: float
+
+    def __post_init__(self) -> None:
+        if self.span_score not in SPAN_SCORES:
+            raise ValueError(f"span_score must be one of {SPAN_SCORES}, got {self.span_score!r}")
+
+    def score(self, r: Reading) -> float:
+        span = r.log_prob if self.span_score == "log_prob" else r.span_score
+        return span + self.passage_weight * r.relevance
+
+
+def choose(passages: Sequence[Sequence[Reading]], rule: AnswerRule) -> Reading | None:
+    """The best-scoring window span of all windows of ``passages`` (earlier passage and window on ties;
+    None when no passage has a window)."""
+    best, best_score = None, float("-inf")
+    for windows in passages:
+        for r in windows:
+            s = rule.score(r)
+            if best is None or s > best_score:
+                best, best_score = r, s
+    return best
 
 
 @torch.no_grad()
@@ -47,15 +85,16 @@ def read_pairs(
     n_best: int = 20,
     batch_size: int = 32,
     precision: str = "auto",
-) -> list[Reading]:
-    """One :class:`Reading` per ``(question, title, text)`` pair, in order."""
+) -> list[list[Reading]]:
+    """The window readings of each ``(question, title, text)`` pair, in order (window order within a
+    pair; an empty list for a passage with nothing to read)."""
     wkw = {k: settings[k] for k in ("max_length", "stride", "max_question_length")}
     windows, owner = [], []
     for i, (question, title, text) in enumerate(pairs):
         for w in make_windows(tokenizer, question, title if settings.get("title", True) else "", text, (), **wkw):
             windows.append(w)
             owner.append(i)
-    best: list[Reading | None] = [None] * len(pairs)
+    found: list[dict[int, Reading]] = [{} for _ in pairs]
     device = next(model.parameters()).device
     autocast, _ = autocast_context(precision) if device.type == "cpu" else (torch.autocast(device.type), "")
     order = sorted(range(len(windows)), key=lambda j: len(windows[j].input_ids))
@@ -79,14 +118,15 @@ def read_pairs(
             w = windows[j]
             span = best_spans(start[r], end[r], w.first, w.last, max_answer_length, n_best)[0]
             a, z = w.char_span(span.start, span.end)
-            text = pairs[owner[j]][2]
-            cur = best[owner[j]]
-            reading = Reading(text[a:z], span.score, float(rel[r]))
-            if cur is None:
-                best[owner[j]] = reading
-            else:  # several windows of one passage: best span, best relevance
-                if reading.span_score > cur.span_score:
-                    cur.answer, cur.span_score = reading.answer, reading.span_score
-                cur.relevance = max(cur.relevance, reading.relevance)
-    # a passage with nothing to read (empty text) never wins
-    return [r if r is not None else Reading("", float("-inf"), float("-inf")) for r in best]
+            found[owner[j]][j] = Reading(pairs[owner[j]][2][a:z], span.score, float(rel[r]),
+                                         _log_norm(start[r], end[r], w.first, w.last))
+    return [[by_window[j] for j in sorted(by_window)] for by_window in found]
+
+
+def _log_norm(start: np.ndarray, end: np.ndarray, first: int, last: int) -> float:
+    """logsumexp of start logits + of end logits over passage tokens ``first..last`` (float64)."""
+    def lse(x: np.ndarray) -> float:
+        x = np.asarray(x[first:last + 1], dtype=np.float64)
+        m = x.max()
+        return float(m + np.log(np.exp(x - m).sum()))
+    return lse(start) + lse(end)

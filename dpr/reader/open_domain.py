@@ -2,7 +2,7 @@
 
 The top ``max(ks)`` passages of every question are read once (each (question, passage) pair at most
 once, across calls too, through ``cache``); for each k the answer is chosen among the first k
-readings (:func:`dpr.reader.infer.choose`). Beside EM/F1 it counts the questions answered exactly
+readings under one :class:`~dpr.reader.infer.AnswerRule` (:func:`dpr.reader.infer.choose`). Beside EM/F1 it counts the questions answered exactly
 although no top-k passage holds an answer by DPR's ``has_answer``: top-k accuracy bounds EM, and
 these are the (few) places where the two matchers disagree.
 """
@@ -12,15 +12,15 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from dpr.eval.topk import first_hit_ranks
-from dpr.reader.infer import Reading, choose, read_pairs
+from dpr.reader.infer import AnswerRule, Reading, choose, read_pairs
 from dpr.reader.squad_metrics import evaluate, score
 
 DEFAULT_KS = (1, 5, 20)
 
 
 def read_records(model, tokenizer, settings: dict, records: Sequence[dict], depth: int,
-                 cache: dict | None = None, **read_kw: Any) -> list[list[Reading]]:
-    """The readings of each record's first ``depth`` ctxs (``{title, text}``), in rank order."""
+                 cache: dict | None = None, **read_kw: Any) -> list[list[list[Reading]]]:
+    """The window readings of each record's first ``depth`` ctxs (``{title, text}``), in rank order."""
     cache = {} if cache is None else cache
 
     def key(rec: dict, ctx: dict) -> tuple:
@@ -32,13 +32,18 @@ def read_records(model, tokenizer, settings: dict, records: Sequence[dict], dept
     return [[cache[key(r, c)] for c in r["ctxs"][:depth]] for r in records]
 
 
-def answer_at_k(readings: Sequence[Sequence[Reading]], k: int, passage_weight: float = 1.0) -> list[str]:
-    """Each question's answer from its first k readings ("" when it has no passage)."""
-    return [rs[choose(rs[:k], passage_weight)].answer if rs else "" for rs in readings]
+def answer_at_k(readings: Sequence[Sequence[Sequence[Reading]]], k: int,
+                rule: AnswerRule) -> list[str]:
+    """Each question's answer from its first k passages' readings ("" when none has a window)."""
+    answers = []
+    for passages in readings:
+        best = choose(passages[:k], rule)
+        answers.append(best.answer if best is not None else "")
+    return answers
 
 
-def read_topk(model, tokenizer, settings: dict, records: Sequence[dict], ks: Iterable[int] = DEFAULT_KS,
-              passage_weight: float = 1.0, cache: dict | None = None, **read_kw: Any) -> dict:
+def read_topk(model, tokenizer, settings: dict, records: Sequence[dict], rule: AnswerRule,
+              ks: Iterable[int] = DEFAULT_KS, cache: dict | None = None, **read_kw: Any) -> dict:
     """``{"k": {"<k>": {"em", "f1"}}, "top_k": {"<k>": bound}, "em_above_bound": {"<k>": n},
     "predictions": {"<k>": [...]}}`` (the bound: top-k accuracy of the same questions)."""
     ks = sorted({int(k) for k in ks})
@@ -47,7 +52,7 @@ def read_topk(model, tokenizer, settings: dict, records: Sequence[dict], ks: Ite
     answers = [r["answers"] for r in records]
     out: dict = {"k": {}, "top_k": {}, "em_above_bound": {}, "predictions": {}}
     for k in ks:
-        preds = answer_at_k(readings, k, passage_weight)
+        preds = answer_at_k(readings, k, rule)
         out["k"][str(k)] = evaluate(preds, answers)
         out["top_k"][str(k)] = float((ranks < k).mean()) if len(ranks) else 0.0
         out["em_above_bound"][str(k)] = sum(1 for p, a, r in zip(preds, answers, ranks)

@@ -32,7 +32,7 @@ def reader_report(cfg_reader: Any, ds: DatasetPaths, runs: Mapping[str, Path], o
                   stages: StageRunner, split: str = "test") -> dict:
     """``{"gold": {"em", "f1"}, "systems": {system: {"<k>": {"em", "f1"}}}}`` (fractions), for the
     systems bm25/dense/hybrid found in ``runs`` (DPR results JSON of ``split``)."""
-    from dpr.reader.evaluate import gold_scores, limit, read_kwargs
+    from dpr.reader.evaluate import answer_rule, gold_scores, limit, read_kwargs
     from dpr.reader.gold import gold_records
     from dpr.reader.model import load_reader
     from dpr.reader.open_domain import read_topk
@@ -62,7 +62,7 @@ def reader_report(cfg_reader: Any, ds: DatasetPaths, runs: Mapping[str, Path], o
         for name, path in systems.items():
             recs = limit(read_results(path), int(ecfg.get("max_questions", 0)))
             res = read_topk(model, tokenizer, settings, recs, ks=list(ecfg["ks"]),
-                            passage_weight=float(ecfg["passage_weight"]), cache=cache, **read_kwargs(ecfg))
+                            rule=answer_rule(ecfg), cache=cache, **read_kwargs(ecfg))
             out["systems"][name] = res["k"]
             out["em_above_bound"][name] = res["em_above_bound"]
             out["predictions"][name] = res["predictions"]
