@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.models.inference import batch_positions, tokenize_batch
     from dpr.models.quantize import quantize_for_inference, resolve_quantize
     from dpr.perf import cpu_supports_bf16, matmul_peak_gflops, mfu, total_flops
-    from dpr.perf.report import bench_report, row
+    from dpr.perf.report import bench_report, format_table, row
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -199,12 +199,8 @@ def main(argv: list[str] | None = None) -> dict:
             extra["encode_corpus_per_s_incl_load"] = round(n / (time.perf_counter() - t0), 1)
     report = bench_report(out_rows, peer, default, peaks, **extra)
     print(json.dumps(report, indent=1))
-    print(f"{'system':24s} {'precision':9s} {'psg/s':>8s} {'MFU':>7s} {'min cos':>8s} {'top-20':>7s}")
-    for r in report["rows"]:
-        mfu_s = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
-        print(f"{r['system']:24s} {r['precision']:9s} {r['per_s']:8.1f} {mfu_s:>7s} "
-              f"{r['cosine_min_vs_ours_fp32']:8.4f} {r.get('top20', '-')!s:>7s}")
-    print(f"ratios (ours / peer): {report['ratio']}; peak GFLOP/s {report['peak_gflops']}")
+    print(format_table(report, [("psg/s", "per_s", ".1f"), ("MFU", "mfu", ""),
+                                ("min cos", "cosine_min_vs_ours_fp32", ".4f"), ("top-20", "top20", "")]))
     if args.json:
         write_json_atomic(args.json, report, indent=1)
     return report

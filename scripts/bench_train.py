@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.models import load_biencoder
     from dpr.models.hub import resolve_model_name
     from dpr.perf import cpu_supports_bf16, matmul_peak_gflops, mfu, total_flops
-    from dpr.perf.report import bench_report, row
+    from dpr.perf.report import bench_report, format_table, row
     from dpr.training.data import TrainBatches, load_examples
     from dpr.training.grad_cache import standard_step
     from dpr.training.optim import build_optimizer, linear_schedule, optimizer_step
@@ -202,12 +202,8 @@ def main(argv: list[str] | None = None) -> dict:
     print()
     print(f"data: {data_desc}; {args.steps} steps, batch {batch_size}, H={args.hard_negatives}, "
           f"max lengths q={args.question_max_length} p={args.passage_max_length}, {torch.get_num_threads()} threads")
-    print(f"{'system':24s} {'precision':9s} {'examples/s':>10s} {'MFU':>7s} {'median s/step':>13s} {'mean loss':>9s}")
-    for r in summary["rows"]:
-        mfu_s = "-" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
-        print(f"{r['system']:24s} {r['precision']:9s} {r['per_s']:10.2f} {mfu_s:>7s} {r['median_step_s']:13.2f} "
-              f"{r['mean_loss']:9.4f}")
-    print(f"ratios (ours / peer): {summary['ratio']}; peak GFLOP/s {summary['peak_gflops']}")
+    print(format_table(summary, [("examples/s", "per_s", ".2f"), ("MFU", "mfu", ""),
+                                 ("median s/step", "median_step_s", ".2f"), ("mean loss", "mean_loss", ".4f")]))
     if args.json:
         write_json_atomic(args.json, summary)
     return summary

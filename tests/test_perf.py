@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dpr.perf import cpu_flags, cpu_supports_bf16, encoder_forward_flops, matmul_peak_gflops, mfu, total_flops
-from dpr.perf.report import bench_report, row
+from dpr.perf.report import bench_report, format_table, row
 
 
 def test_forward_flops_equal_a_hand_count():
@@ -64,6 +64,16 @@ def _cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 TEXTS = ["Honolulu is the capital of Hawaii.", "Paris is the capital and most populous city of France.",
          "The mitochondria is the powerhouse of the cell, producing ATP for the cell's processes.", "Berlin."]
+
+
+def test_format_table_shows_each_row_mfu_as_percent_and_missing_as_dash():
+    report = bench_report([row("ours", "fp32", 10.0, 0.5, top20=0.9), row("st", "fp32", 8.0)], "st", "fp32",
+                          {"fp32": 100.0})
+    lines = format_table(report, [("psg/s", "per_s", ".1f"), ("MFU", "mfu", ""), ("top-20", "top20", "")]).splitlines()
+    assert lines[0].split() == ["system", "precision", "psg/s", "MFU", "top-20"]
+    assert lines[1].split() == ["ours", "fp32", "10.0", "50.0%", "0.9"]
+    assert lines[2].split() == ["st", "fp32", "8.0", "-", "-"]
+    assert lines[3].startswith("ratios (ours / peer): {'fp32': 1.25")
 
 
 def test_int8_lever_within_its_tolerance(tiny_model_dir):

@@ -42,3 +42,23 @@ def bench_report(rows: list[dict], peer: str, ours_default: str, peaks: dict[str
         "ours_default": ours_default,
         **extra,
     }
+
+
+def format_table(report: dict, columns: list[tuple[str, str, str]]) -> str:
+    """The report's rows as a readable table: system, precision, then one column per (header, row key, format).
+
+    ``mfu`` prints as a percentage; a missing or null value prints as ``-``. The last line gives the ratios and peaks.
+    """
+    def cell(r: dict, key: str, spec: str) -> str:
+        value = r.get(key)
+        if value is None:
+            return "-"
+        return f"{100 * value:.1f}%" if key == "mfu" else format(value, spec)
+
+    widths = [max(len(header), 8) for header, _, _ in columns]
+    lines = [f"{'system':24s} {'precision':9s} " + " ".join(f"{h:>{w}s}" for (h, _, _), w in zip(columns, widths))]
+    for r in report["rows"]:
+        lines.append(f"{r['system']:24s} {r['precision']:9s} "
+                     + " ".join(f"{cell(r, k, s):>{w}s}" for (_, k, s), w in zip(columns, widths)))
+    lines.append(f"ratios (ours / peer): {report['ratio']}; peak GFLOP/s {report['peak_gflops']}")
+    return "\n".join(lines)
