@@ -146,6 +146,7 @@ def run_index(emb: Path, params: dict, real: dict, check: AnswerCheck, work: Pat
               nprobes: list[int] | None = None) -> list[dict]:
     """Build one index; search once per ``nprobes`` value (None: the config's own settings)."""
     from dpr.index import build_index, save_index, search, set_search_params
+    from dpr.index.build import planned_factory
 
     with PeakRSS() as mem:
         t0 = time.perf_counter()
@@ -153,24 +154,18 @@ def run_index(emb: Path, params: dict, real: dict, check: AnswerCheck, work: Pat
         build_s = time.perf_counter() - t0
     size = save_index(index, ids, work / "bench.faiss", {"factory": params["factory"]})
     text_of = {row["id"]: row["text"] for row in real["rows"]}.get
+    factory = planned_factory(emb, **params)
     out = []
     for nprobe in nprobes or [params.get("nprobe")]:
         set_search_params(index, nprobe=nprobe)
         t0 = time.perf_counter()
         hits, _ = search(index, ids, real["qvecs"], check.k, progress=False)
         search_s = time.perf_counter() - t0
-        out.append({"factory": index_factory_name(index, params), "nprobe": nprobe, "build_s": build_s,
+        out.append({"factory": factory, "nprobe": nprobe, "build_s": build_s,
                     "peak_mem_bytes": mem.peak_delta, "index_bytes": size, "bytes_per_passage": size / len(ids),
                     "ms_per_query": 1e3 * search_s / len(hits), "qps": len(hits) / search_s,
                     f"top{check.k}": check.accuracy(hits, text_of)})
     return out
-
-
-def index_factory_name(index, params: dict) -> str:
-    from dpr.index.build import resolve_factory
-
-    return resolve_factory(params["factory"], index.d, index.ntotal, min(index.ntotal, params.get("train_sample") or index.ntotal),
-                           nlist=params.get("nlist"), m=params.get("m"))
 
 
 def index_params(name: str, train_sample: int = 0) -> dict:
