@@ -5,7 +5,7 @@
      "peak_gflops": {"fp32": g, "bf16": g | null}, "cpu_flags": [...]}
 
 ``ratio.<p>`` = ours / peer in precision p; ``ratio.best`` = ours with this machine's default levers /
-the peer's default (fp32).
+the peer's default (fp32 unless `peer_default` says otherwise).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ def row(system: str, precision: str, per_s: float, mfu: float | None = None, **e
 
 
 def bench_report(rows: list[dict], peer: str, ours_default: str, peaks: dict[str, float | None],
-                 **extra: Any) -> dict:
-    """The interface dict from ``rows``; ``ours_default`` is the precision our defaults pick on this machine."""
+                 peer_default: str = "fp32", **extra: Any) -> dict:
+    """The interface dict from ``rows``; ``ours_default`` is the precision our defaults pick on this machine,
+    ``peer_default`` the peer's (fp32 unless the user runs it otherwise); ``ratio.best`` compares the two."""
     rate = {(r["system"], r["precision"]): r["per_s"] for r in rows}
 
     def ratio(ours: str, theirs: str) -> float | None:
@@ -36,7 +37,7 @@ def bench_report(rows: list[dict], peer: str, ours_default: str, peaks: dict[str
 
     return {
         "rows": sorted(rows, key=lambda r: (PRECISIONS.index(r["precision"]), r["system"] != "ours")),
-        "ratio": {"fp32": ratio("fp32", "fp32"), "bf16": ratio("bf16", "bf16"), "best": ratio(ours_default, "fp32")},
+        "ratio": {"fp32": ratio("fp32", "fp32"), "bf16": ratio("bf16", "bf16"), "best": ratio(ours_default, peer_default)},
         "peak_gflops": {p: (None if peaks.get(p) is None else round(peaks[p], 1)) for p in ("fp32", "bf16")},
         "cpu_flags": list(cpu_flags()),
         "ours_default": ours_default,
