@@ -131,7 +131,7 @@ def encode_corpus(
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if batch_size < 1 or chunk_size < 1:
         raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size}, {chunk_size}")
-    from dpr.models.quantize import resolve_quantize
+    from dpr.models.quantize import quantize_for_inference, resolve_quantize
 
     quantize = resolve_quantize(quantize)  # validated before any work; the device is checked once known
     todo_ids = assigned_shards(int(num_shards), shard_id)
@@ -163,7 +163,6 @@ def encode_corpus(
 
     from dpr.distributed import device as default_device
     from dpr.models import iter_encode_batches, load_biencoder
-    from dpr.models.quantize import quantize_for_inference
 
     dev = torch.device(device) if device else default_device()
     model, tokenizer = load_biencoder(str(model_path))
