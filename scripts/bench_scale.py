@@ -24,6 +24,8 @@ Every cost gets a growth law (log-log slope over the sizes) and a projection to 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -53,8 +55,9 @@ MEMORY_MEASURE = "peak anonymous RSS above the level before the build (RssAnon, 
 
 def load_real(args: argparse.Namespace, work: Path) -> dict:
     """Real passages, test questions, passage vectors (rows = passage order) and question vectors."""
-    from dpr.atomic import atomic_path
+    from dpr.atomic import atomic_path, write_json_atomic
     from dpr.data.passages import iter_passages
+    from dpr.index.fingerprint import model_fingerprint
     from dpr.index.shards import list_shards
     from dpr.retrieve import encode_questions, read_questions
 
@@ -72,13 +75,19 @@ def load_real(args: argparse.Namespace, work: Path) -> dict:
         raise ValueError(f"{emb}: the embeddings' passage ids are not {args.passages}' passages in order")
     pairs = read_questions(args.qa)[: args.queries or None]
     cache = args.question_vectors
-    if cache is not None and cache.is_file() and len(qvecs := np.load(cache)) == len(pairs):
+    # The cache is reused only for the same model and questions (its sidecar says which), never by row count alone.
+    key = {"model": model_fingerprint(args.model),
+           "questions": hashlib.sha256("\n".join(q for q, _ in pairs).encode()).hexdigest()}
+    sidecar = None if cache is None else cache.with_suffix(cache.suffix + ".json")
+    if cache is not None and cache.is_file() and sidecar.is_file() and json.loads(sidecar.read_text()) == key:
+        qvecs = np.load(cache)
         log.info("question vectors from %s", cache)
     else:  # encoding ~2,000 questions takes minutes on a busy CPU: --question-vectors keeps them for reruns
         qvecs, _ = encode_questions(args.model, [q for q, _ in pairs])
         if cache is not None:
             with atomic_path(cache) as tmp, open(tmp, "wb") as f:
                 np.save(f, qvecs)
+            write_json_atomic(sidecar, key)
     return {"rows": rows, "vectors": vecs, "pairs": pairs, "qvecs": np.ascontiguousarray(qvecs, dtype=np.float32),
             "normalized": bool(shards[0].manifest.get("normalized", False))}
 
