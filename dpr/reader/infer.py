@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from dpr.reader.model import Reader, autocast_context
 from dpr.reader.spans import best_spans
@@ -93,9 +94,10 @@ def read_pairs(
     n_best: int = 20,
     batch_size: int = 32,
     precision: str = "auto",
+    progress: bool = True,
 ) -> list[list[Reading]]:
     """The window readings of each ``(question, title, text)`` pair, in order (window order within a
-    pair; an empty list for a passage with nothing to read)."""
+    pair; an empty list for a passage with nothing to read); ``progress``: a tqdm bar over the windows."""
     wkw = {k: settings[k] for k in ("max_length", "stride", "max_question_length")}
     windows, owner = [], []
     for i, (question, title, text) in enumerate(pairs):
@@ -106,6 +108,7 @@ def read_pairs(
     device = next(model.parameters()).device
     autocast, _ = autocast_context(precision) if device.type == "cpu" else (torch.autocast(device.type), "")
     order = sorted(range(len(windows)), key=lambda j: len(windows[j].input_ids))
+    bar = tqdm(total=len(order), desc="reader: read", unit="window", disable=not progress or not order)
     for b in range(0, len(order), batch_size):
         idx = order[b:b + batch_size]
         length = max(len(windows[j].input_ids) for j in idx)
@@ -128,6 +131,8 @@ def read_pairs(
             a, z = w.char_span(span.start, span.end)
             found[owner[j]][j] = Reading(pairs[owner[j]][2][a:z], span.score, float(rel[r]),
                                          _log_norm(start[r], end[r], w.first, w.last))
+        bar.update(len(idx))
+    bar.close()
     return [[by_window[j] for j in sorted(by_window)] for by_window in found]
 
 
