@@ -142,7 +142,7 @@ def encode_corpus(
     if batch_size < 1 or chunk_size < 1:
         raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size}, {chunk_size}")
     from dpr.models.onnx_runtime import require_onnxruntime, resolve_runtime
-    from dpr.models.quantize import resolve_quantize
+    from dpr.models.quantize import quantize_for_inference, resolve_quantize
 
     quantize = resolve_quantize(quantize)  # validated before any work; the device is checked once known
     runtime = resolve_runtime(runtime, device or "cpu")  # runtime=onnx without a device runs on the CPU
@@ -181,7 +181,6 @@ def encode_corpus(
 
     from dpr.distributed import device as default_device
     from dpr.models import iter_encode_batches, load_biencoder
-    from dpr.models.quantize import quantize_for_inference
 
     dev = torch.device(device) if device else torch.device("cpu") if runtime == "onnx" else default_device()
     model, tokenizer = load_biencoder(str(model_path))

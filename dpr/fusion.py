@@ -203,6 +203,16 @@ fuse_runs_rrf = fuse_rrf
 
 # --------------------------------------------------------------------------------------------- tuning
 
+def _reciprocal_rank(top: np.ndarray) -> float:
+    """1 / rank of the first relevant candidate of ``top`` (0 when none is)."""
+    hits = np.flatnonzero(top > 0)
+    return 1.0 / (hits[0] + 1) if hits.size else 0.0
+
+
+def _any_hit(top: np.ndarray) -> float:
+    return top.max(initial=0.0)
+
+
 def tune_linear_weight(bm25_dev: Source, dense_dev: Source, grid: Sequence[float] = DEFAULT_GRID,
                        metric_k: int = 100, qrels: str | Path | Mapping | None = None,
                        normalize: str = "minmax", metric: str = "mrr") -> tuple[float, list[dict[str, Any]]]:
@@ -245,17 +255,11 @@ def tune_linear_weight(bm25_dev: Source, dense_dev: Source, grid: Sequence[float
     if not per_question:
         raise ValueError("no dev questions to tune the fusion weight on")
 
+    value_of = _reciprocal_rank if mrr else (_any_hit if name.startswith("top") else np.sum)
     table: list[dict[str, Any]] = []
     best_w, best_v = None, -math.inf
     for w in sorted(float(x) for x in grid):
-        total = 0.0
-        for cand, flags in per_question:
-            top = flags[cand.order(cand.linear(w))[:metric_k]]
-            if mrr:
-                hits = np.flatnonzero(top > 0)
-                total += 1.0 / (hits[0] + 1) if hits.size else 0.0
-            else:
-                total += top.max(initial=0.0) if name.startswith("top") else top.sum()
+        total = sum(float(value_of(flags[cand.order(cand.linear(w))[:metric_k]])) for cand, flags in per_question)
         value = total / len(per_question)
         table.append({"weight": w, "metric": name, "value": round(value, 6)})
         if value > best_v + 1e-12:  # strictly better: ties keep the smaller weight

@@ -24,6 +24,8 @@ Every cost gets a growth law (log-log slope over the sizes) and a projection to 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -53,8 +55,9 @@ MEMORY_MEASURE = "peak anonymous RSS above the level before the build (RssAnon, 
 
 def load_real(args: argparse.Namespace, work: Path) -> dict:
     """Real passages, test questions, passage vectors (rows = passage order) and question vectors."""
-    from dpr.atomic import atomic_path
+    from dpr.atomic import atomic_path, write_json_atomic
     from dpr.data.passages import iter_passages
+    from dpr.index.fingerprint import model_fingerprint
     from dpr.index.shards import list_shards
     from dpr.retrieve import encode_questions, read_questions
 
@@ -72,13 +75,19 @@ def load_real(args: argparse.Namespace, work: Path) -> dict:
         raise ValueError(f"{emb}: the embeddings' passage ids are not {args.passages}' passages in order")
     pairs = read_questions(args.qa)[: args.queries or None]
     cache = args.question_vectors
-    if cache is not None and cache.is_file() and len(qvecs := np.load(cache)) == len(pairs):
+    # The cache is reused only for the same model and questions (its sidecar says which), never by row count alone.
+    key = {"model": model_fingerprint(args.model),
+           "questions": hashlib.sha256("\n".join(q for q, _ in pairs).encode()).hexdigest()}
+    sidecar = None if cache is None else cache.with_suffix(cache.suffix + ".json")
+    if cache is not None and cache.is_file() and sidecar.is_file() and json.loads(sidecar.read_text()) == key:
+        qvecs = np.load(cache)
         log.info("question vectors from %s", cache)
     else:  # encoding ~2,000 questions takes minutes on a busy CPU: --question-vectors keeps them for reruns
         qvecs, _ = encode_questions(args.model, [q for q, _ in pairs])
         if cache is not None:
             with atomic_path(cache) as tmp, open(tmp, "wb") as f:
                 np.save(f, qvecs)
+            write_json_atomic(sidecar, key)
     return {"rows": rows, "vectors": vecs, "pairs": pairs, "qvecs": np.ascontiguousarray(qvecs, dtype=np.float32),
             "normalized": bool(shards[0].manifest.get("normalized", False))}
 
@@ -146,6 +155,7 @@ def run_index(emb: Path, params: dict, real: dict, check: AnswerCheck, work: Pat
               nprobes: list[int] | None = None) -> list[dict]:
     """Build one index; search once per ``nprobes`` value (None: the config's own settings)."""
     from dpr.index import build_index, save_index, search, set_search_params
+    from dpr.index.build import planned_factory
 
     with PeakRSS() as mem:
         t0 = time.perf_counter()
@@ -153,24 +163,18 @@ def run_index(emb: Path, params: dict, real: dict, check: AnswerCheck, work: Pat
         build_s = time.perf_counter() - t0
     size = save_index(index, ids, work / "bench.faiss", {"factory": params["factory"]})
     text_of = {row["id"]: row["text"] for row in real["rows"]}.get
+    factory = planned_factory(emb, **params)
     out = []
     for nprobe in nprobes or [params.get("nprobe")]:
         set_search_params(index, nprobe=nprobe)
         t0 = time.perf_counter()
         hits, _ = search(index, ids, real["qvecs"], check.k, progress=False)
         search_s = time.perf_counter() - t0
-        out.append({"factory": index_factory_name(index, params), "nprobe": nprobe, "build_s": build_s,
+        out.append({"factory": factory, "nprobe": nprobe, "build_s": build_s,
                     "peak_mem_bytes": mem.peak_delta, "index_bytes": size, "bytes_per_passage": size / len(ids),
                     "ms_per_query": 1e3 * search_s / len(hits), "qps": len(hits) / search_s,
                     f"top{check.k}": check.accuracy(hits, text_of)})
     return out
-
-
-def index_factory_name(index, params: dict) -> str:
-    from dpr.index.build import resolve_factory
-
-    return resolve_factory(params["factory"], index.d, index.ntotal, min(index.ntotal, params.get("train_sample") or index.ntotal),
-                           nlist=params.get("nlist"), m=params.get("m"))
 
 
 def index_params(name: str, train_sample: int = 0) -> dict:

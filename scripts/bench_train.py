@@ -193,12 +193,8 @@ def main(argv: list[str] | None = None) -> dict:
     summary = bench_report(
         rows, peer, default, peaks, data=data_desc, steps=args.steps, batch_size=batch_size,
         hard_negatives=args.hard_negatives, question_max_length=args.question_max_length,
-        passage_max_length=args.passage_max_length, threads=torch.get_num_threads(), unit="examples/s")
-    # The peer's default is fp32; its bf16 row is only the like-for-like comparison.
-    if args.st_precision == "bf16":
-        ours_default = next(r["per_s"] for r in rows if r["system"] == "ours" and r["precision"] == default)
-        st_bf16 = next((r["per_s"] for r in rows if r["system"] == peer and r["precision"] == "bf16"), None)
-        summary["ratio"]["best"] = round(ours_default / st_bf16, 3) if st_bf16 else None
+        passage_max_length=args.passage_max_length, threads=torch.get_num_threads(), unit="examples/s",
+        peer_default=args.st_precision)
     print()
     print(f"data: {data_desc}; {args.steps} steps, batch {batch_size}, H={args.hard_negatives}, "
           f"max lengths q={args.question_max_length} p={args.passage_max_length}, {torch.get_num_threads()} threads")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Choose the reader's answer rule on dev: read once, score every (span_score, passage_weight).
+"""Choose the reader's answer rule on dev: read once, score every (span_score, passage_weight, rank_weight).
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/reader_answer_rule.py --model runs/reader/squad1_open \\
         --data-dir data/prepared --data squad1_open --split dev \\
@@ -7,7 +7,7 @@
 
 Each (question, passage) pair is read once (gold passages of ``--split`` and the top ``max(--ks)`` of
 ``--results``); the rules only re-rank the stored window readings, so the whole grid costs one reading.
-Output: ``{"rules": [{"span_score", "passage_weight", "gold": {"em", "f1"}, "open_domain": {"<k>": {"em",
+Output: ``{"rules": [{"span_score", "passage_weight", "rank_weight", "gold": {"em", "f1"}, "open_domain": {"<k>": {"em",
 "f1"}}}], "top_k": {"<k>": bound}, "num_questions", "seconds"}`` (fractions) and a table on stdout.
 """
 
@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", default="dev", help="gold passages of this split")
     ap.add_argument("--results", required=True, help="DPR results JSON of the same split")
     ap.add_argument("--ks", default="1,5,20")
-    ap.add_argument("--weights", default="0,0.5,1,2,4,1000")
+    ap.add_argument("--weights", default="0,0.5,1,2,4,1000", help="passage_weight values")
+    ap.add_argument("--rank-weights", default="0,1,2,4", help="rank_weight values (the retriever-order prior)")
     ap.add_argument("--max-questions", type=int, default=0, help="open domain: the first N questions only")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -59,14 +60,17 @@ def main(argv: list[str] | None = None) -> int:
     rules = []
     for span_score in SPAN_SCORES:
         for w in (float(x) for x in args.weights.split(",")):
-            rule = AnswerRule(span_score, w)
-            row = {"span_score": span_score, "passage_weight": w,
-                   "gold": evaluate(answer_at_k(gold_read, depth, rule), [r["answers"] for r in gold]),
-                   "open_domain": {str(k): evaluate(answer_at_k(open_read, k, rule), [r["answers"] for r in records])
-                                   for k in ks}}
-            rules.append(row)
-            print(f"{span_score:8s} w={w:<6g} gold EM/F1 {100 * row['gold']['em']:.1f}/{100 * row['gold']['f1']:.1f}  "
-                  + "  ".join(f"k={k} EM {100 * row['open_domain'][str(k)]['em']:.1f}" for k in ks), flush=True)
+            # gold passages have no retriever order: no rank prior there
+            gold_fig = evaluate(answer_at_k(gold_read, depth, AnswerRule(span_score, w)), [r["answers"] for r in gold])
+            for rw in (float(x) for x in args.rank_weights.split(",")):
+                rule = AnswerRule(span_score, w, rw)
+                row = {"span_score": span_score, "passage_weight": w, "rank_weight": rw, "gold": gold_fig,
+                       "open_domain": {str(k): evaluate(answer_at_k(open_read, k, rule), [r["answers"] for r in records])
+                                       for k in ks}}
+                rules.append(row)
+                print(f"{span_score:8s} w={w:<6g} rank_w={rw:<4g} gold EM/F1 {100 * gold_fig['em']:.1f}/"
+                      f"{100 * gold_fig['f1']:.1f}  "
+                      + "  ".join(f"k={k} EM {100 * row['open_domain'][str(k)]['em']:.1f}" for k in ks), flush=True)
     out = {"model": args.model, "results": args.results, "num_questions": len(records), "num_gold_questions": len(gold),
            "top_k": {str(k): float((ranks < k).mean()) for k in ks}, "rules": rules,
            "seconds": round(time.perf_counter() - t0, 1)}

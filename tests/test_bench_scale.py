@@ -54,9 +54,13 @@ def test_bench_scale_end_to_end(tiny_model_dir, tiny_data_dir, tmp_path):
            "--data-dir", str(tiny_data_dir), "--dataset", "tiny", "--model", str(tiny_model_dir),
            "--candidates", "IVF{nlist},PQ{m};IVF8,PQ4;IVF4096,PQ4", "--nprobes", "1,4",
            "--question-vectors", str(tmp_path / "q.npy")]
+    np.save(tmp_path / "q.npy", np.zeros((8, 32), dtype=np.float32))  # a stale cache of the right size, no sidecar
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
+    assert np.abs(np.load(tmp_path / "q.npy")).sum() > 0  # not reused: re-encoded with this model
+    from dpr.index.fingerprint import model_fingerprint
+    assert json.loads((tmp_path / "q.npy.json").read_text())["model"] == model_fingerprint(tiny_model_dir)
     assert set(res) >= {"config", "sizes", "sweep", "growth", "projection", "recommendation"}
     assert res["config"]["sizes"] == [500, 1000] and res["config"]["real_passages"] == 8
     for n in ("500", "1000"):

@@ -121,6 +121,24 @@ def test_a_window_span_is_scored_with_its_own_window_relevance():
     assert answer_at_k(readings, 1, AnswerRule("logit", 1.0)) == ["b"]   # 1 + 5 > 10 - 5
 
 
+def test_rank_prior_prefers_the_retrievers_order_by_log_of_rank():
+    # "far" (rank 2) has the higher span score, 7 > 5; with rank_weight 2 it pays 2*log(3) = 2.2 and loses
+    readings = [[[Reading("near", 5.0, 0.0)], [Reading("mid", 1.0, 0.0)], [Reading("far", 7.0, 0.0)]]]
+    assert answer_at_k(readings, 3, AnswerRule("logit", 1.0, 0.0)) == ["far"]
+    assert answer_at_k(readings, 3, AnswerRule("logit", 1.0, 2.0)) == ["near"]   # 5 > 7 - 2.197
+    assert answer_at_k(readings, 3, AnswerRule("logit", 1.0, 1.0)) == ["far"]    # 5 < 7 - 1.099
+    assert AnswerRule("logit", 1.0, 2.0).score(Reading("x", 1.0, 0.5), rank=0) == 1.5  # rank 0: no penalty
+    with pytest.raises(ValueError):
+        AnswerRule("logit", 1.0, -1.0)
+
+
+def test_gold_passages_are_read_without_the_rank_prior():
+    from dpr.reader.evaluate import answer_rule
+
+    ecfg = {"span_score": "logit", "passage_weight": 1.0, "rank_weight": 2.0}
+    assert answer_rule(ecfg).rank_weight == 2.0 and answer_rule(ecfg, retrieved=False).rank_weight == 0.0
+
+
 def _reader(*args: str) -> subprocess.CompletedProcess:
     exe = BIN / "dpr-reader"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "dpr.cli.reader"]

@@ -50,7 +50,7 @@ def _run(cfg: DictConfig) -> None:
         info = hybrid_retrieve(
             cfg.bm25, cfg.dense, cfg.output, fusion=cfg.fusion, weight=cfg.weight, bm25_dev=cfg.bm25_dev,
             dense_dev=cfg.dense_dev, qrels_dev=cfg.qrels_dev, grid=list(cfg.grid), metric_k=cfg.metric_k,
-            metric=cfg.metric,             normalize=cfg.normalize, k=cfg.k, k_rrf=cfg.k_rrf,
+            metric=cfg.metric, normalize=cfg.normalize, k=cfg.k, k_rrf=cfg.k_rrf,
         )
         info.pop("table", None)
         print(f"dpr-retrieve: hybrid → {cfg.output} {json.dumps(info)}")

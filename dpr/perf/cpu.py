@@ -1,4 +1,4 @@
-"""What this CPU can do natively: its flags, bf16 and int8 (VNNI) dot-product support.
+"""What this CPU can do natively: its flags and bf16 support.
 
 ``DPR_NO_BF16=1`` makes :func:`cpu_supports_bf16` answer False, so the "CPU without bf16" path (every
 ``auto`` precision choice, the benchmarks' rows) can be exercised on a machine that has it.
@@ -45,7 +45,3 @@ def cpu_supports_bf16() -> bool:
                 continue
     return False
 
-
-def cpu_supports_vnni() -> bool:
-    """True when the CPU has int8 dot products (AVX512-VNNI, AVX-VNNI or AMX-INT8): int8 matmuls pay off."""
-    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(cpu_flags()))

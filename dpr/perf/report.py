@@ -6,9 +6,9 @@
      "ratio_levers": {<lever>: {"precision": p, "vs_peer_default": r, "vs_peer_same_lever": r | null}}}
 
 ``ratio.<p>`` = ours / peer in precision p; ``ratio.best`` = ours with this machine's default levers /
-the peer's default (fp32). A lever that is not a default runs as its own system, ``ours-<lever>``
-(the peer's same lever: ``<peer>-<lever>``); ``ratio_levers`` compares it with the peer's default (fp32)
-and with the peer's same lever in the same precision.
+the peer's default (fp32 unless `peer_default` says otherwise). A lever that is not a default runs as its
+own system, ``ours-<lever>`` (the peer's same lever: ``<peer>-<lever>``); ``ratio_levers`` compares it with
+the peer's default and with the peer's same lever in the same precision.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ def row(system: str, precision: str, per_s: float, mfu: float | None = None, **e
 
 
 def bench_report(rows: list[dict], peer: str, ours_default: str, peaks: dict[str, float | None],
-                 **extra: Any) -> dict:
-    """The interface dict from ``rows``; ``ours_default`` is the precision our defaults pick on this machine."""
+                 peer_default: str = "fp32", **extra: Any) -> dict:
+    """The interface dict from ``rows``; ``ours_default`` is the precision our defaults pick on this machine,
+    ``peer_default`` the peer's (fp32 unless the user runs it otherwise); ``ratio.best`` compares the two."""
     rate = {(r["system"], r["precision"]): r["per_s"] for r in rows}
 
     def ratio(mine: str, theirs: str, ours: str = "ours") -> float | None:
@@ -42,11 +43,11 @@ def bench_report(rows: list[dict], peer: str, ours_default: str, peaks: dict[str
         if system.startswith("ours-"):
             lever = system[len("ours-"):]
             same = rate.get((f"{peer}-{lever}", p))
-            levers[lever] = {"precision": p, "vs_peer_default": ratio(p, "fp32", ours=system),
+            levers[lever] = {"precision": p, "vs_peer_default": ratio(p, peer_default, ours=system),
                              "vs_peer_same_lever": round(rate[(system, p)] / same, 3) if same else None}
     return {
         "rows": sorted(rows, key=lambda r: (PRECISIONS.index(r["precision"]), r["system"] != "ours")),
-        "ratio": {"fp32": ratio("fp32", "fp32"), "bf16": ratio("bf16", "bf16"), "best": ratio(ours_default, "fp32")},
+        "ratio": {"fp32": ratio("fp32", "fp32"), "bf16": ratio("bf16", "bf16"), "best": ratio(ours_default, peer_default)},
         "peak_gflops": {p: (None if peaks.get(p) is None else round(peaks[p], 1)) for p in ("fp32", "bf16")},
         "cpu_flags": list(cpu_flags()),
         "ours_default": ours_default,

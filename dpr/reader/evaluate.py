@@ -22,9 +22,11 @@ def read_kwargs(ecfg: Mapping[str, Any]) -> dict:
     return {k: ecfg[k] for k in ("max_answer_length", "n_best", "batch_size", "precision")}
 
 
-def answer_rule(ecfg: Mapping[str, Any]) -> AnswerRule:
-    """How spans of different passages compare (``eval.span_score``, ``eval.passage_weight``)."""
-    return AnswerRule(str(ecfg["span_score"]), float(ecfg["passage_weight"]))
+def answer_rule(ecfg: Mapping[str, Any], retrieved: bool = True) -> AnswerRule:
+    """How spans of different passages compare (``eval.span_score``, ``eval.passage_weight``,
+    ``eval.rank_weight``); ``retrieved=False`` (gold passages: no retriever order) drops the rank prior."""
+    return AnswerRule(str(ecfg["span_score"]), float(ecfg["passage_weight"]),
+                      float(ecfg["rank_weight"]) if retrieved else 0.0)
 
 
 def limit(records: list, max_questions: int) -> list:
@@ -36,7 +38,7 @@ def gold_scores(model, tokenizer, settings: dict, records: list[dict], ecfg: Map
     """EM/F1 reading each question's gold passages (the best span across them when several)."""
     depth = max((len(r["ctxs"]) for r in records), default=1) or 1
     readings = read_records(model, tokenizer, settings, records, depth, cache, **read_kwargs(ecfg))
-    preds = answer_at_k(readings, depth, answer_rule(ecfg))
+    preds = answer_at_k(readings, depth, answer_rule(ecfg, retrieved=False))
     return evaluate(preds, [r["answers"] for r in records]), preds
 
 

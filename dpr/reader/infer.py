@@ -7,7 +7,7 @@ best spans (:class:`Reading`), each with its window's relevance logit: a window'
 with another window's relevance.
 
 Across passages the answer is the window span with the highest
-``span score + passage_weight * relevance`` (:class:`AnswerRule`). The span score is ``logit``
+``span score + passage_weight * relevance - rank_weight * log(1 + retriever rank)`` (:class:`AnswerRule`). The span score is ``logit``
 (start + end logit) or ``log_prob`` (the span's log-probability under the window's own start and end
 softmaxes, what the span loss trains); the default is ``reader_cfg.eval.span_score`` (README "Reader":
 on dev, log_prob was far worse open-domain for a reader trained without negatives). Within a window both scores rank spans identically.
@@ -15,6 +15,7 @@ on dev, log_prob was far worse open-domain for a reader trained without negative
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -45,31 +46,38 @@ class Reading:
 
 @dataclass(frozen=True)
 class AnswerRule:
-    """How window spans of different passages compare: ``span + passage_weight * relevance``.
+    """How window spans of different passages compare:
+    ``span + passage_weight * relevance - rank_weight * log(1 + retriever rank)``.
 
     A very large ``passage_weight`` reads DPR's rule (the passage with the best relevance first, then
-    its best span); 0 ignores the relevance head. No defaults here: they are ``reader_cfg.eval``'s.
+    its best span); 0 ignores the relevance head. ``rank_weight`` is a prior from the retriever's own
+    order (rank 0 = its first passage): the reader alone picks confident wrong spans in low-ranked
+    passages, so without it EM *falls* as k grows (README "Reader", dev). Defaults are ``reader_cfg.eval``'s;
+    ``rank_weight`` 0 (no prior) is what reading gold passages uses, which have no retriever order.
     """
 
     span_score: str       # log_prob | logit
     passage_weight: float
+    rank_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if self.span_score not in SPAN_SCORES:
             raise ValueError(f"span_score must be one of {SPAN_SCORES}, got {self.span_score!r}")
+        if self.rank_weight < 0:
+            raise ValueError(f"rank_weight must be >= 0, got {self.rank_weight}")
 
-    def score(self, r: Reading) -> float:
+    def score(self, r: Reading, rank: int = 0) -> float:
         span = r.log_prob if self.span_score == "log_prob" else r.span_score
-        return span + self.passage_weight * r.relevance
+        return span + self.passage_weight * r.relevance - self.rank_weight * math.log1p(rank)
 
 
 def choose(passages: Sequence[Sequence[Reading]], rule: AnswerRule) -> Reading | None:
-    """The best-scoring window span of all windows of ``passages`` (earlier passage and window on ties;
-    None when no passage has a window)."""
+    """The best-scoring window span of all windows of ``passages`` (in retriever order: the index is the
+    rank; earlier passage and window on ties; None when no passage has a window)."""
     best, best_score = None, float("-inf")
-    for windows in passages:
+    for rank, windows in enumerate(passages):
         for r in windows:
-            s = rule.score(r)
+            s = rule.score(r, rank)
             if best is None or s > best_score:
                 best, best_score = r, s
     return best
