@@ -7,7 +7,7 @@ memory-mapped temp ``.npy``. Within a chunk, batches are length-sorted and padde
 longest passage (`dpr.models.iter_encode_batches`), under inference mode with bf16 autocast where
 the hardware has it.
 
-Runtime: ``runtime=torch`` (default) or ``onnx`` (`dpr.models.onnx_runtime`: the passage tower exported
+Runtime: ``runtime=auto`` (default: ``onnx`` where the encode runs in fp32 on the CPU, else torch), ``torch`` or ``onnx`` (`dpr.models.onnx_runtime`: the passage tower exported
 once, cached by the model's fingerprint, run by ONNX Runtime on the CPU in fp32).
 
 Resuming: a shard whose manifest exists and matches (content fingerprints of the model and the
@@ -116,7 +116,7 @@ def encode_corpus(
     dtype: str = "float16",
     autocast: str | None = "auto",
     quantize: str | None = "auto",
-    runtime: str | None = "torch",
+    runtime: str | None = "auto",
     device: str | None = None,
     max_length: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
@@ -129,8 +129,9 @@ def encode_corpus(
     ``dtype`` is the storage type of the vectors (float16 halves disk and index-build I/O);
     ``max_length`` defaults to the model's ``passage_max_length``; ``autocast`` "auto" | "bf16" |
     "fp16" | "off"; ``quantize`` "auto" | "none" | "int8" (`dpr.models.quantize`: int8 replaces autocast,
-    and ``auto`` is none, int8 failing the quality bar); ``runtime`` "torch" | "onnx"
-    (`dpr.models.onnx_runtime`: CPU, fp32, autocast does not apply; the graph is cached under
+    and ``auto`` is none, int8 failing the quality bar); ``runtime`` "auto" | "torch" | "onnx"
+    (`dpr.models.onnx_runtime`: CPU, fp32, autocast does not apply; auto = onnx where the encode runs in fp32 on
+    the CPU; the graph is cached under
     ``<cache_dir>/onnx``, default the data cache's); ``device`` defaults to cuda:LOCAL_RANK when CUDA is
     available and the runtime is torch, else CPU; ``cache_dir`` also holds the Arrow copy of the passages
     (default: datasets' cache).
@@ -145,7 +146,7 @@ def encode_corpus(
     from dpr.models.quantize import quantize_for_inference, resolve_quantize
 
     quantize = resolve_quantize(quantize)  # validated before any work; the device is checked once known
-    runtime = resolve_runtime(runtime, device or "cpu")  # runtime=onnx without a device runs on the CPU
+    runtime = resolve_runtime(runtime, device, autocast, quantize)  # auto: onnx for fp32 on the CPU
     if runtime == "onnx":
         require_onnxruntime()
         if quantize == "int8":

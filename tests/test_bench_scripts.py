@@ -37,11 +37,14 @@ def test_bench_encode_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch)
                                   "--json", str(out)])
     rep = json.loads(out.read_text())
     _check(rep, {"fp32", "int8"})
-    assert rep["ratio"]["best"] == rep["ratio"]["fp32"]  # runtime=onnx is a lever, not a default
     onnx_row = [r for r in rep["rows"] if r["system"] == "ours-onnx"]  # the runtime=onnx lever, fp32
     if importlib.util.find_spec("onnxruntime") is None:  # a GPU install (extra gpu) has no onnxruntime
         assert not onnx_row and "runtime=onnx needs onnxruntime" in rep["skipped"]["ours-onnx"]
+        assert rep["ratio"]["best"] == rep["ratio"]["fp32"]  # the default is then torch fp32
         return
+    # without bf16 the default runtime (auto) is ONNX Runtime: ratio.best is that row over the peer's fp32
+    assert rep["ours_default"] == "ours-onnx fp32"
+    assert rep["ratio"]["best"] == rep["ratio_levers"]["onnx"]["vs_peer_default"]
     assert [r["precision"] for r in onnx_row] == ["fp32"] and onnx_row[0]["cosine_min_vs_ours_fp32"] >= 0.999
     assert onnx_row[0]["top20_equal_ours_fp32"] is True and rep["ratio_levers"]["onnx"]["vs_peer_default"] > 0
     assert rep["ratio"]["bf16"] is None and rep["peak_gflops"]["bf16"] is None

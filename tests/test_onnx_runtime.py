@@ -70,7 +70,7 @@ def test_resumed_encode_redoes_shards_of_the_other_runtime(tiny_model_dir, tiny_
     passages = tiny_data_dir / "tiny" / "passages.tsv"
     out = tmp_path / "emb"
     torch_vecs = np.concatenate([np.asarray(s.vectors()) for s in list_shards(encode_corpus(
-        tiny_model_dir, passages, out, **_kw(tmp_path)))])
+        tiny_model_dir, passages, out, runtime="torch", **_kw(tmp_path)))])
     assert {s.manifest["runtime"] for s in list_shards(out)} == {"torch"}
 
     with caplog.at_level(logging.INFO, logger="dpr.encode"):
@@ -87,7 +87,7 @@ def test_resumed_encode_redoes_shards_of_the_other_runtime(tiny_model_dir, tiny_
     assert "all 2 assigned shard(s) already encoded" in caplog.text
 
     # one shard resumed with torch: that shard is redone with torch, not kept from onnx
-    encode_corpus(tiny_model_dir, passages, out, shard_id=1, **_kw(tmp_path))
+    encode_corpus(tiny_model_dir, passages, out, shard_id=1, runtime="torch", **_kw(tmp_path))
     assert [s.manifest["runtime"] for s in list_shards(out)] == ["onnx", "torch"]
 
     # a shard written before the runtime was recorded counts as torch
@@ -97,14 +97,14 @@ def test_resumed_encode_redoes_shards_of_the_other_runtime(tiny_model_dir, tiny_
     manifest.write_text(json.dumps(old))
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="dpr.encode"):
-        encode_corpus(tiny_model_dir, passages, out, shard_id=1, **_kw(tmp_path))
+        encode_corpus(tiny_model_dir, passages, out, shard_id=1, runtime="torch", **_kw(tmp_path))
     assert "shard 1/2 already encoded" in caplog.text
 
 
 def test_runtime_errors(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     passages = tiny_data_dir / "tiny" / "passages.tsv"
     assert resolve_runtime(None) == "torch" and resolve_runtime("ONNX") == "onnx"
-    with pytest.raises(ValueError, match=r"runtime must be one of \('torch', 'onnx'\), got 'tensorrt'"):
+    with pytest.raises(ValueError, match=r"runtime must be one of \('auto', 'torch', 'onnx'\), got 'tensorrt'"):
         encode_corpus(tiny_model_dir, passages, tmp_path / "a", runtime="tensorrt", **_kw(tmp_path))
     assert not (tmp_path / "a").exists()  # refused before any work
     with pytest.raises(ValueError, match="CPU only"):
@@ -124,6 +124,21 @@ def test_runtime_errors(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
         require_onnxruntime()
 
 
+def test_auto_runtime_is_onnx_exactly_where_the_encode_runs_in_fp32_on_the_cpu(monkeypatch):
+    import dpr.perf.cpu as cpu
+
+    have_ort = importlib.util.find_spec("onnxruntime") is not None
+    for has_bf16 in (True, False):
+        monkeypatch.setattr(cpu, "cpu_supports_bf16", lambda: has_bf16)
+        assert resolve_runtime("auto", "cpu", "auto") == ("onnx" if have_ort and not has_bf16 else "torch")
+        assert resolve_runtime("auto", "cpu", "off") == ("onnx" if have_ort else "torch")  # fp32 asked for
+        assert resolve_runtime("auto", "cpu", "bf16") == "torch"
+        assert resolve_runtime("auto", "cpu", "off", quantize="int8") == "torch"
+        assert resolve_runtime("auto", "cuda", "off") == "torch"
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # not installed: torch, no error
+    assert resolve_runtime("auto", "cpu", "off") == "torch"
+
+
 def test_cli_bad_runtime_is_one_line(tiny_model_dir, tiny_data_dir, tmp_path):
     proc = subprocess.run([str(Path(sys.executable).parent / "dpr-encode"), f"model={tiny_model_dir}",
                            f"passages={tiny_data_dir / 'tiny' / 'passages.tsv'}", f"output_dir={tmp_path / 'emb'}",
@@ -131,4 +146,4 @@ def test_cli_bad_runtime_is_one_line(tiny_model_dir, tiny_data_dir, tmp_path):
                           env={**os.environ, "WANDB_MODE": "disabled"})
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("dpr-")]
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert "runtime must be one of ('torch', 'onnx'), got 'tensorrt'" in lines[0]
+    assert "runtime must be one of ('auto', 'torch', 'onnx'), got 'tensorrt'" in lines[0]

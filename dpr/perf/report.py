@@ -29,9 +29,10 @@ def row(system: str, precision: str, per_s: float, mfu: float | None = None, **e
 
 
 def bench_report(rows: list[dict], peer: str, ours_default: str, peaks: dict[str, float | None],
-                 peer_default: str = "fp32", **extra: Any) -> dict:
+                 peer_default: str = "fp32", ours_default_system: str = "ours", **extra: Any) -> dict:
     """The interface dict from ``rows``; ``ours_default`` is the precision our defaults pick on this machine,
-    ``peer_default`` the peer's (fp32 unless the user runs it otherwise); ``ratio.best`` compares the two."""
+    ``peer_default`` the peer's (fp32 unless the user runs it otherwise), ``ours_default_system`` the row system
+    of our defaults (``ours``, or a lever such as ``ours-onnx`` where it is the default); ``ratio.best`` compares the two."""
     rate = {(r["system"], r["precision"]): r["per_s"] for r in rows}
 
     def ratio(mine: str, theirs: str, ours: str = "ours") -> float | None:
@@ -47,10 +48,10 @@ def bench_report(rows: list[dict], peer: str, ours_default: str, peaks: dict[str
                              "vs_peer_same_lever": round(rate[(system, p)] / same, 3) if same else None}
     return {
         "rows": sorted(rows, key=lambda r: (PRECISIONS.index(r["precision"]), r["system"] != "ours")),
-        "ratio": {"fp32": ratio("fp32", "fp32"), "bf16": ratio("bf16", "bf16"), "best": ratio(ours_default, peer_default)},
+        "ratio": {"fp32": ratio("fp32", "fp32"), "bf16": ratio("bf16", "bf16"), "best": ratio(ours_default, peer_default, ours=ours_default_system)},
         "peak_gflops": {p: (None if peaks.get(p) is None else round(peaks[p], 1)) for p in ("fp32", "bf16")},
         "cpu_flags": list(cpu_flags()),
-        "ours_default": ours_default,
+        "ours_default": ours_default if ours_default_system == "ours" else f"{ours_default_system} {ours_default}",
         **({"ratio_levers": levers} if levers else {}),
         **extra,
     }
