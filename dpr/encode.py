@@ -7,10 +7,14 @@ memory-mapped temp ``.npy``. Within a chunk, batches are length-sorted and padde
 longest passage (`dpr.models.iter_encode_batches`), under inference mode with bf16 autocast where
 the hardware has it.
 
+Runtime: ``runtime=auto`` (default: ``onnx`` where the encode runs in fp32 on the CPU, else torch), ``torch`` or ``onnx`` (`dpr.models.onnx_runtime`: the passage tower exported
+once, cached by the model's fingerprint, run by ONNX Runtime on the CPU in fp32).
+
 Resuming: a shard whose manifest exists and matches (content fingerprints of the model and the
-passages file, `dpr.index.fingerprint`; dtype, max length, range) is skipped. Anything else is redone from scratch: files are written
-under temp names (``.shard_*.tmp``) and renamed at the end, manifest last, so a killed run leaves
-nothing that looks finished and never duplicates a passage.
+passages file, `dpr.index.fingerprint`; dtype, max length, range, quantize, runtime) is skipped.
+Anything else is redone from scratch: files are written under temp names (``.shard_*.tmp``) and
+renamed at the end, manifest last, so a killed run leaves nothing that looks finished and never
+duplicates a passage.
 
 Under torchrun each rank encodes shards ``i % world_size == rank`` (no process group needed).
 """
@@ -81,8 +85,9 @@ def _is_finished(files: ShardFiles, expected: dict) -> bool:
     if manifest is None:
         return False
     keys = ("shard_id", "num_shards", "start", "end", "total", "count", "dtype", "model_fingerprint",
-            "passages_sha256", "max_length", "quantize")
-    return all(manifest.get(k) == expected.get(k) for k in keys)
+            "passages_sha256", "max_length", "quantize", "runtime")
+    # Shards written before the runtime was recorded were encoded by torch.
+    return all(manifest.get(k, "torch" if k == "runtime" else None) == expected.get(k) for k in keys)
 
 
 def _remove_temps(files: ShardFiles) -> None:
@@ -111,6 +116,7 @@ def encode_corpus(
     dtype: str = "float16",
     autocast: str | None = "auto",
     quantize: str | None = "auto",
+    runtime: str | None = "auto",
     device: str | None = None,
     max_length: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
@@ -123,7 +129,12 @@ def encode_corpus(
     ``dtype`` is the storage type of the vectors (float16 halves disk and index-build I/O);
     ``max_length`` defaults to the model's ``passage_max_length``; ``autocast`` "auto" | "bf16" |
     "fp16" | "off"; ``quantize`` "auto" | "none" | "int8" (`dpr.models.quantize`: int8 replaces autocast,
-    and ``auto`` is none, int8 failing the quality bar); ``device`` defaults to cuda:LOCAL_RANK when CUDA is available, else CPU.
+    and ``auto`` is none, int8 failing the quality bar); ``runtime`` "auto" | "torch" | "onnx"
+    (`dpr.models.onnx_runtime`: CPU, fp32, autocast does not apply; auto = onnx where the encode runs in fp32 on
+    the CPU; the graph is cached under
+    ``<cache_dir>/onnx``, default the data cache's); ``device`` defaults to cuda:LOCAL_RANK when CUDA is
+    available and the runtime is torch, else CPU; ``cache_dir`` also holds the Arrow copy of the passages
+    (default: datasets' cache).
     """
     from dpr.data.passages import load_passages
 
@@ -131,9 +142,17 @@ def encode_corpus(
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if batch_size < 1 or chunk_size < 1:
         raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size}, {chunk_size}")
+    from dpr.models.onnx_runtime import require_onnxruntime, resolve_runtime
     from dpr.models.quantize import quantize_for_inference, resolve_quantize
 
     quantize = resolve_quantize(quantize)  # validated before any work; the device is checked once known
+    runtime = resolve_runtime(runtime, device, autocast, quantize)  # auto: onnx for fp32 on the CPU
+    if runtime == "onnx":
+        require_onnxruntime()
+        if quantize == "int8":
+            raise ValueError("quantize=int8 and runtime=onnx are separate levers: use one of them")
+        if str(autocast or "off").lower() in ("bf16", "bfloat16", "fp16", "float16"):
+            raise ValueError(f"runtime=onnx encodes in fp32: autocast={autocast} does not apply (use auto or off)")
     todo_ids = assigned_shards(int(num_shards), shard_id)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -144,7 +163,7 @@ def encode_corpus(
     model_id = str(Path(model_path).resolve()) if Path(str(model_path)).is_dir() else str(model_path)
     common = {"model": model_id, "model_fingerprint": model_fingerprint(model_path),
               "passages": passages_signature(passages_path), "passages_sha256": passages_fingerprint(passages_path),
-              "total": total, "dtype": dtype, "max_length": max_length, "quantize": quantize}
+              "total": total, "dtype": dtype, "max_length": max_length, "quantize": quantize, "runtime": runtime}
 
     pending = []
     for i in todo_ids:
@@ -164,12 +183,18 @@ def encode_corpus(
     from dpr.distributed import device as default_device
     from dpr.models import iter_encode_batches, load_biencoder
 
-    dev = torch.device(device) if device else default_device()
+    dev = torch.device(device) if device else torch.device("cpu") if runtime == "onnx" else default_device()
     model, tokenizer = load_biencoder(str(model_path))
     model.to(dev)
     model = quantize_for_inference(model, quantize, dev)
     if quantize == "int8":
         autocast = "off"  # int8 kernels take fp32 activations
+    runner = None
+    if runtime == "onnx":
+        from dpr.models.onnx_runtime import onnx_tower
+
+        runner = onnx_tower(model, tokenizer, "passage", common["model_fingerprint"],
+                            cache_dir=Path(cache_dir) / "onnx" if cache_dir is not None else None)
     normalized = model.config.similarity == "cosine"
     dim = int(model.dim)
     np_dtype = np.dtype(dtype)
@@ -195,7 +220,7 @@ def encode_corpus(
                     ids_f.write(pid + "\n")
                 for pos, vecs in iter_encode_batches(
                     model, tokenizer, rows["text"], "passage", batch_size=batch_size, max_length=max_length,
-                    device=dev, autocast=autocast, titles=rows["title"],
+                    device=dev, autocast=autocast, titles=rows["title"], runner=runner,
                 ):
                     arr = vecs.numpy().astype(np_dtype)
                     if not np.isfinite(arr).all():

@@ -13,14 +13,19 @@ of ``--repeat``) so load from other jobs drifts over all of them alike:
   sentence-transformers ``encode`` (its default; it also sorts by length);
 - bf16 (only where the CPU has native bf16; ``--no-bf16`` / ``DPR_NO_BF16=1`` pretends it has not):
   both under ``torch.autocast(bfloat16)``;
-- int8: ours with dynamic int8 ``nn.Linear`` (`dpr.models.quantize`); the peer has no torch int8 path.
+- int8: ours with dynamic int8 ``nn.Linear`` (`dpr.models.quantize`); the peer has no torch int8 path;
+- levers in fp32, system ``ours-onnx``: our passage tower in ONNX Runtime (`dpr.models.onnx_runtime`,
+  ``encode.runtime=onnx``; questions stay torch, as at retrieve time), and ``sentence-transformers-onnx``:
+  its ``backend="onnx"`` (needs ``optimum``; skipped, with the reason in ``skipped``, where it is missing).
 
 MFU (ours): FLOPs from the model config (`dpr.perf.flops`) over the padded batch shapes our encoder
 actually computes on, divided by time and by the matmul peak this script measures in that precision
-(`dpr.perf.peak`, ``--peak-n``); none for int8 (no comparable peak). Quality per row: min cosine
+(`dpr.perf.peak`, ``--peak-n``); ``ours-onnx`` over the same shapes (it may pass 100%: the peak is torch's
+matmul); none for int8 (no comparable peak). Quality per row: min cosine
 against our fp32 vectors, and with ``--qa M`` top-20 accuracy on M questions whose answer occurs in the
-N passages. ``ratio.best``: ours with this machine's defaults (autocast and quantize ``auto``) over the
-peer's default (fp32). Also timed: `dpr.encode.encode_corpus` end to end (TSV → Arrow → shards).
+N passages. ``ratio.best``: ours with this machine's defaults (autocast, quantize and runtime ``auto``: the
+``ours-onnx`` row where the encode runs in fp32 on the CPU, else ``ours``) over the peer's default (fp32); ``ratio_levers``: each ``ours-<lever>`` row over the peer's default
+and over the peer's same lever. Also timed: `dpr.encode.encode_corpus` end to end (TSV → Arrow → shards).
 """
 
 from __future__ import annotations
@@ -74,6 +79,34 @@ def top_k_accuracy(q: np.ndarray, p: np.ndarray, hits: np.ndarray, k: int) -> fl
     return float(np.take_along_axis(hits, top, axis=1).any(axis=1).mean())
 
 
+def onnx_levers(model, tok, path: str, skipped: dict, cache_dir: Path | None = None) -> tuple:
+    """(our passage tower in ONNX Runtime, sentence-transformers with ``backend="onnx"``); None for each one
+    that cannot run here, with the reason in ``skipped``."""
+    ours = theirs = None
+    try:
+        from dpr.index.fingerprint import model_fingerprint
+        from dpr.models.onnx_runtime import onnx_tower
+
+        ours = onnx_tower(model, tok, "passage", model_fingerprint(path), cache_dir=cache_dir)
+    except ValueError as err:  # onnxruntime or onnx missing, or the export failed its check
+        skipped["ours-onnx"] = str(err)
+    try:
+        import optimum.onnxruntime  # noqa: F401  (sentence-transformers' ONNX backend runs on it)
+        from sentence_transformers import SentenceTransformer
+
+        import onnxruntime as ort
+        import torch
+
+        opts = ort.SessionOptions()  # the same thread count as every other row
+        opts.intra_op_num_threads = torch.get_num_threads()
+        theirs = SentenceTransformer(path, device="cpu", backend="onnx", model_kwargs={"session_options": opts})
+    except Exception as err:  # noqa: BLE001 - optional peer lever: any failure skips the row, reason kept
+        skipped["sentence-transformers-onnx"] = f"{type(err).__name__}: {err}"[:300]
+    for name, reason in skipped.items():
+        log.info("skipped %s: %s", name, reason)
+    return ours, theirs
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=512, help="passages to encode")
@@ -86,6 +119,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--model", default="all-MiniLM-L6-v2", help="alias or HF model dir (tests: a tiny BERT)")
     ap.add_argument("--no-bf16", action="store_true", help="pretend the CPU lacks native bf16 (DPR_NO_BF16=1)")
     ap.add_argument("--no-int8", action="store_true", help="skip our int8 row")
+    ap.add_argument("--no-onnx", action="store_true", help="skip the ONNX Runtime rows (ours and the peer's)")
+    ap.add_argument("--onnx-cache", type=Path, help="where our exported graph is cached (default: the data cache)")
     ap.add_argument("--no-corpus", action="store_true", help="skip the encode_corpus end-to-end timing")
     ap.add_argument("--peak-n", type=int, default=2048, help="matmul size for the measured peak")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
@@ -107,7 +142,8 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.models import encode_texts, load_biencoder
     from dpr.models.hub import resolve_model_name
     from dpr.models.inference import batch_positions, tokenize_batch
-    from dpr.models.quantize import quantize_for_inference, resolve_quantize
+    from dpr.models.onnx_runtime import resolve_runtime
+    from dpr.models.quantize import quantize_for_inference
     from dpr.perf import cpu_supports_bf16, matmul_peak_gflops, mfu, total_flops
     from dpr.perf.report import bench_report, format_table, row
 
@@ -133,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
                 return st.encode(texts, batch_size=bs, convert_to_numpy=True, show_progress_bar=False)
         return run
 
-    fns = {}
+    fns, skipped = {}, {}
     for p in precisions:
         fns[("ours", p)] = ours("off" if p == "fp32" else "bf16")
         fns[(peer, p)] = theirs(p)
@@ -141,6 +177,14 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.no_int8:
         int8_model = quantize_for_inference(model, "int8")
         fns[("ours", "int8")] = ours("off", int8_model)
+    if not args.no_onnx:
+        onnx_runner, st_onnx = onnx_levers(model, tok, path, skipped, args.onnx_cache)
+        if onnx_runner is not None:
+            fns[("ours-onnx", "fp32")] = lambda: encode_texts(model, tok, texts, "passage", batch_size=bs,
+                                                              runner=onnx_runner).numpy()
+        if st_onnx is not None:
+            fns[(f"{peer}-onnx", "fp32")] = lambda: st_onnx.encode(texts, batch_size=bs, convert_to_numpy=True,
+                                                                   show_progress_bar=False)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     timed = best_times(fns, args.repeat, clock)
     peaks = {p: matmul_peak_gflops(p, args.peak_n) for p in precisions}
@@ -154,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
     out_rows = []
     for (system, p), (secs, vecs) in timed.items():
         cos = (unit(vecs) * unit(ref)).sum(1)
-        m = mfu(flops, secs, peaks.get(p)) if system == "ours" else None
+        m = mfu(flops, secs, peaks.get(p)) if system.startswith("ours") else None  # same padded shapes
         out_rows.append(row(system, p, n / secs, m, cosine_min_vs_ours_fp32=round(float(cos.min()), 5)))
 
     if args.qa:
@@ -172,7 +216,7 @@ def main(argv: list[str] | None = None) -> dict:
         hits = np.array([f for _, f in pairs]).reshape(len(pairs), n)
         for r in out_rows:
             p = r["precision"]
-            if r["system"] == "ours":
+            if r["system"].startswith("ours"):  # ours-onnx: questions in torch fp32, as dpr-retrieve does
                 m = int8_model if p == "int8" else model
                 q = encode_texts(m, tok, questions, "question", batch_size=bs,
                                  autocast="bf16" if p == "bf16" else "off").numpy()
@@ -184,11 +228,16 @@ def main(argv: list[str] | None = None) -> dict:
             r["top20_equal_ours_fp32"] = r["top20"] == next(
                 x["top20"] for x in out_rows if x["system"] == "ours" and x["precision"] == "fp32")
 
-    default = "int8" if resolve_quantize("auto") == "int8" else (
-        "bf16" if bf16 and args.autocast in ("auto", "bf16") else "fp32")
+    # Our defaults on this machine: runtime auto (ONNX Runtime where the encode runs in fp32 on the CPU),
+    # autocast auto (bf16 where native); quantize auto is none everywhere (int8 fails the cosine bar).
+    default_system = "ours-onnx" if (resolve_runtime("auto", "cpu", args.autocast) == "onnx"
+                                     and ("ours-onnx", "fp32") in timed) else "ours"
+    default = "bf16" if default_system == "ours" and bf16 and args.autocast in ("auto", "bf16") else "fp32"
     extra = {"n": n, "batch_size": bs, "threads": torch.get_num_threads(), "clock": args.clock,
              "padded_tokens": int(sum(b * s for b, s in shapes)), "gflop": flops / 1e9,
              "qa_questions": args.qa and len(questions)}
+    if skipped:
+        extra["skipped"] = skipped
     if not args.no_corpus:
         with tempfile.TemporaryDirectory() as tmp:
             tsv = Path(tmp) / "passages.tsv"
@@ -197,7 +246,7 @@ def main(argv: list[str] | None = None) -> dict:
             encode_corpus(args.model, tsv, Path(tmp) / "emb", batch_size=bs, autocast=args.autocast,
                           cache_dir=Path(tmp) / "arrow", progress=False)
             extra["encode_corpus_per_s_incl_load"] = round(n / (time.perf_counter() - t0), 1)
-    report = bench_report(out_rows, peer, default, peaks, **extra)
+    report = bench_report(out_rows, peer, default, peaks, ours_default_system=default_system, **extra)
     print(json.dumps(report, indent=1))
     print(format_table(report, [("psg/s", "per_s", ".1f"), ("MFU", "mfu", ""),
                                 ("min cos", "cosine_min_vs_ours_fp32", ".4f"), ("top-20", "top20", "")]))

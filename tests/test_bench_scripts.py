@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 
@@ -23,7 +24,7 @@ def _check(rep: dict, precisions: set[str]) -> None:
     assert {r["precision"] for r in rep["rows"]} == precisions
     for r in rep["rows"]:
         assert set(r) >= {"system", "precision", "per_s", "mfu"} and r["per_s"] > 0
-        assert (r["mfu"] is not None) == (r["system"] == "ours" and r["precision"] != "int8")
+        assert (r["mfu"] is not None) == (r["system"].startswith("ours") and r["precision"] != "int8")
     assert rep["ratio"]["fp32"] > 0 and rep["ratio"]["best"] > 0
 
 
@@ -32,9 +33,20 @@ def test_bench_encode_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch)
     out = tmp_path / "encode.json"
     _script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
                                   "--dataset", "tiny", "--n", "8", "--qa", "4", "--repeat", "1",
-                                  "--peak-n", "64", "--no-corpus", "--no-bf16", "--json", str(out)])
+                                  "--peak-n", "64", "--no-corpus", "--no-bf16", "--onnx-cache", str(tmp_path / "onnx"),
+                                  "--json", str(out)])
     rep = json.loads(out.read_text())
     _check(rep, {"fp32", "int8"})
+    onnx_row = [r for r in rep["rows"] if r["system"] == "ours-onnx"]  # the runtime=onnx lever, fp32
+    if importlib.util.find_spec("onnxruntime") is None:  # a GPU install (extra gpu) has no onnxruntime
+        assert not onnx_row and "runtime=onnx needs onnxruntime" in rep["skipped"]["ours-onnx"]
+        assert rep["ratio"]["best"] == rep["ratio"]["fp32"]  # the default is then torch fp32
+        return
+    # without bf16 the default runtime (auto) is ONNX Runtime: ratio.best is that row over the peer's fp32
+    assert rep["ours_default"] == "ours-onnx fp32"
+    assert rep["ratio"]["best"] == rep["ratio_levers"]["onnx"]["vs_peer_default"]
+    assert [r["precision"] for r in onnx_row] == ["fp32"] and onnx_row[0]["cosine_min_vs_ours_fp32"] >= 0.999
+    assert onnx_row[0]["top20_equal_ours_fp32"] is True and rep["ratio_levers"]["onnx"]["vs_peer_default"] > 0
     assert rep["ratio"]["bf16"] is None and rep["peak_gflops"]["bf16"] is None
     assert all(r["top20_equal_ours_fp32"] is not None for r in rep["rows"])
 

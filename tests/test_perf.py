@@ -54,8 +54,15 @@ def test_report_interface():
     assert set(rep) >= {"rows", "ratio", "peak_gflops", "cpu_flags"}
     assert rep["ratio"] == {"fp32": 2.0, "bf16": None, "best": 2.0}
     assert [r["precision"] for r in rep["rows"]] == ["fp32", "fp32", "int8"]
+    assert "ratio_levers" not in rep
     with pytest.raises(ValueError):
         row("ours", "fp16", 1.0)
+    # a lever that is no default (runtime=onnx) is its own system: ratio.fp32/best stay ours over peer
+    levers = rows + [row("ours-onnx", "fp32", 40.0), row("peer-onnx", "fp32", 25.0)]
+    rep = bench_report(levers, "peer", "fp32", {"fp32": 100.0, "bf16": None})
+    assert rep["ratio"] == {"fp32": 2.0, "bf16": None, "best": 2.0}
+    assert rep["ratio_levers"] == {"onnx": {"precision": "fp32", "vs_peer_default": 4.0, "vs_peer_same_lever": 1.6}}
+    assert rep["rows"][0]["system"] == "ours"
 
 
 def _cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

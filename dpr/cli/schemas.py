@@ -88,6 +88,7 @@ class EncodeSchema:
     dtype: str = "float16"
     autocast: Any = "auto"
     quantize: str = "auto"
+    runtime: str = "auto"
     device: Optional[str] = None
     max_length: Optional[int] = None
     chunk_size: int = 16384

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -103,12 +103,15 @@ def iter_encode_batches(
     titles: Sequence[str] | None = None,
     progress: bool = False,
     sort_by_length: bool = True,
+    runner: Callable[..., torch.Tensor] | None = None,
 ) -> Iterator[tuple[list[int], torch.Tensor]]:
     """Yield ``(positions, vectors)`` per batch: row k of ``vectors`` (float32, CPU) encodes
     ``texts[positions[k]]``. Batches come in length order, not input order (see :func:`encode_texts`).
 
     The model is put in eval mode for the duration (dropout off) and restored afterwards; with
-    ``device`` given it is moved there (in place).
+    ``device`` given it is moved there (in place). ``runner`` replaces the tower's forward (called with
+    the tokenizer's tensors, e.g. an ONNX Runtime session, `dpr.models.onnx_runtime`); autocast does not
+    apply to it.
     """
     if tower not in TOWERS:
         raise ValueError(f"tower must be one of {TOWERS}, got {tower!r}")
@@ -122,7 +125,9 @@ def iter_encode_batches(
     dev = torch.device(device) if device is not None else bi.device
     if bi.device != dev:
         bi.to(dev)
-    encode = bi.encode_questions if tower == "question" else bi.encode_passages
+    encode = runner or (bi.encode_questions if tower == "question" else bi.encode_passages)
+    if runner is not None:
+        autocast = "off"
 
     was_training = bi.training
     bi.eval()
@@ -159,16 +164,18 @@ def encode_texts(
     autocast: str | None = "auto",
     titles: Sequence[str] | None = None,
     progress: bool = False,
+    runner: Callable[..., torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Encode ``texts`` with the question or passage tower: float32 ``[N, D]`` on the CPU, input order.
 
     ``max_length`` defaults to the config's length for the tower; ``autocast`` as in
-    :func:`autocast_context`; ``titles`` (passages) are encoded as (title, text) pairs.
+    :func:`autocast_context`; ``titles`` (passages) are encoded as (title, text) pairs; ``runner`` as in
+    :func:`iter_encode_batches`.
     """
     bi = _unwrap(model)
     out = torch.empty((len(texts), bi.dim), dtype=torch.float32)
     for idx, vecs in iter_encode_batches(
-        bi, tokenizer, texts, tower, batch_size, max_length, device, autocast, titles, progress
+        bi, tokenizer, texts, tower, batch_size, max_length, device, autocast, titles, progress, runner=runner
     ):
         out[torch.as_tensor(idx, dtype=torch.long)] = vecs
     return out
