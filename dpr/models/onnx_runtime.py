@@ -56,7 +56,8 @@ def resolve_runtime(runtime: str | None, device: torch.device | str | None = Non
                     quantize: str = "none") -> str:
     """``torch`` or ``onnx`` for ``runtime`` in :data:`RUNTIMES` (None = torch).
 
-    ``onnx`` runs on the CPU only (no ``device``: the CPU). ``auto`` is the fastest runtime that keeps the
+    ``onnx`` runs on the CPU only (no ``device``: the CPU), in fp32 and without int8: asking for it with
+    ``quantize=int8`` or bf16/fp16 ``autocast`` is refused here, before any work. ``auto`` is the fastest runtime that keeps the
     quality on this machine: ``onnx`` when the encode would run in fp32 on the CPU (``autocast`` off, or
     ``auto`` on a CPU without native bf16), no int8 is asked for and onnxruntime is installed (~1.8x torch
     eager fp32, cosine 1.0000; README "Benchmarks"); otherwise ``torch`` (bf16 autocast where the CPU has
@@ -72,8 +73,13 @@ def resolve_runtime(runtime: str | None, device: torch.device | str | None = Non
         precision = (autocast or "off").lower()
         fp32 = precision in _FP32 or (precision == "auto" and not cpu_supports_bf16())
         return "onnx" if target.type == "cpu" and fp32 and quantize == "none" and _installed() else "torch"
-    if mode == "onnx" and torch.device(device or "cpu").type != "cpu":
-        raise ValueError("runtime=onnx runs on the CPU only (ONNX Runtime's CPUExecutionProvider); give device=cpu")
+    if mode == "onnx":
+        if torch.device(device or "cpu").type != "cpu":
+            raise ValueError("runtime=onnx runs on the CPU only (ONNX Runtime's CPUExecutionProvider); give device=cpu")
+        if quantize == "int8":
+            raise ValueError("quantize=int8 and runtime=onnx are separate levers: use one of them")
+        if str(autocast or "off").lower() in ("bf16", "bfloat16", "fp16", "float16"):
+            raise ValueError(f"runtime=onnx encodes in fp32: autocast={autocast} does not apply (use auto or off)")
     return mode
 
 
