@@ -125,11 +125,11 @@ def test_runtime_errors(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
 
 
 def test_auto_runtime_is_onnx_exactly_where_the_encode_runs_in_fp32_on_the_cpu(monkeypatch):
-    import dpr.perf.cpu as cpu
+    import dpr.models.inference as inference
 
     have_ort = importlib.util.find_spec("onnxruntime") is not None
     for has_bf16 in (True, False):
-        monkeypatch.setattr(cpu, "cpu_supports_bf16", lambda: has_bf16)
+        monkeypatch.setattr(inference, "cpu_supports_bf16", lambda: has_bf16)
         assert resolve_runtime("auto", "cpu", "auto") == ("onnx" if have_ort and not has_bf16 else "torch")
         assert resolve_runtime("auto", "cpu", "off") == ("onnx" if have_ort else "torch")  # fp32 asked for
         assert resolve_runtime("auto", "cpu", "bf16") == "torch"

@@ -23,27 +23,36 @@ log = logging.getLogger(__name__)
 TOWERS = ("question", "passage")
 
 
-def autocast_context(device: torch.device | str, autocast: str | None = "auto") -> contextlib.AbstractContextManager:
-    """An autocast context for inference.
+FP32_MODES = ("off", "none", "fp32", "false")
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+
+
+def autocast_dtype(device: torch.device | str, autocast: str | None = "auto") -> torch.dtype | None:
+    """The dtype ``autocast`` resolves to on ``device``; None for full precision.
 
     ``autocast``: "auto" (bf16 on CUDA with bf16 support, else fp16; bf16 on CPUs with native
     support; otherwise off), "bf16", "fp16", or None/"off"/"none"/"fp32" for full precision.
     """
     dev = torch.device(device)
     mode = (autocast or "off").lower()
-    if mode in ("off", "none", "fp32", "false"):
-        return contextlib.nullcontext()
+    if mode in FP32_MODES:
+        return None
     if mode == "auto":
         if dev.type == "cuda":
             mode = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         elif dev.type == "cpu" and cpu_supports_bf16():
             mode = "bf16"
         else:
-            return contextlib.nullcontext()
-    dtypes = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-    if mode not in dtypes:
+            return None
+    if mode not in AUTOCAST_DTYPES:
         raise ValueError(f"autocast must be auto, bf16, fp16 or off; got {autocast!r}")
-    return torch.autocast(device_type=dev.type, dtype=dtypes[mode])
+    return AUTOCAST_DTYPES[mode]
+
+
+def autocast_context(device: torch.device | str, autocast: str | None = "auto") -> contextlib.AbstractContextManager:
+    """An autocast context for inference, in the dtype :func:`autocast_dtype` resolves (none for full precision)."""
+    dtype = autocast_dtype(device, autocast)
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
 
 def tokenize_batch(

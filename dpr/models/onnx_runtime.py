@@ -40,6 +40,7 @@ from torch import nn
 
 from dpr.atomic import atomic_path, path_lock
 from dpr.models.biencoder import BiEncoder
+from dpr.models.inference import autocast_dtype
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,6 @@ EXPORT_MIN_COSINE = 0.999
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 _OUTPUT = "vectors"
 _FORMAT = 1  # bump when the exported graph changes, so old cache entries are not reused
-_FP32 = ("off", "none", "fp32", "false")
 
 
 def resolve_runtime(runtime: str | None, device: torch.device | str | None = None, autocast: str | None = "auto",
@@ -67,18 +67,15 @@ def resolve_runtime(runtime: str | None, device: torch.device | str | None = Non
     if mode not in RUNTIMES:
         raise ValueError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
     if mode == "auto":
-        from dpr.perf.cpu import cpu_supports_bf16
-
         target = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        precision = (autocast or "off").lower()
-        fp32 = precision in _FP32 or (precision == "auto" and not cpu_supports_bf16())
-        return "onnx" if target.type == "cpu" and fp32 and quantize == "none" and _installed() else "torch"
+        fp32 = target.type == "cpu" and autocast_dtype("cpu", autocast) is None
+        return "onnx" if fp32 and quantize == "none" and _installed() else "torch"
     if mode == "onnx":
         if torch.device(device or "cpu").type != "cpu":
             raise ValueError("runtime=onnx runs on the CPU only (ONNX Runtime's CPUExecutionProvider); give device=cpu")
         if quantize == "int8":
             raise ValueError("quantize=int8 and runtime=onnx are separate levers: use one of them")
-        if str(autocast or "off").lower() in ("bf16", "bfloat16", "fp16", "float16"):
+        if str(autocast or "off").lower() != "auto" and autocast_dtype("cpu", autocast) is not None:
             raise ValueError(f"runtime=onnx encodes in fp32: autocast={autocast} does not apply (use auto or off)")
     return mode
 
