@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from dpr.atomic import atomic_path
+from dpr.perf.cpu import cpu_supports_bf16
 
 MASKED = -1e4  # logit of a token that cannot be an answer (question, title, special tokens, padding)
 SETTINGS_KEYS = ("max_length", "stride", "max_question_length", "title")
@@ -98,19 +99,13 @@ def load_reader(path: str | Path, device: str | torch.device = "cpu") -> tuple[R
 
 
 def autocast_context(precision: str) -> tuple[Any, str]:
-    """``(context, resolved precision)``: bf16 autocast on CPUs with bf16 instructions under ``auto``."""
+    """``(context, resolved precision)``: bf16 autocast on CPUs with native bf16 under ``auto``
+    (`dpr.perf.cpu.cpu_supports_bf16`, so ``DPR_NO_BF16=1`` reaches the reader too)."""
     if precision == "auto":
-        precision = "bf16" if torch.backends.mkldnn.is_available() and _cpu_bf16() else "fp32"
+        precision = "bf16" if cpu_supports_bf16() else "fp32"
     if precision == "bf16":
         return torch.autocast("cpu", dtype=torch.bfloat16), "bf16"
     if precision != "fp32":
         raise ValueError(f"precision must be auto, fp32 or bf16, got {precision!r}")
     return contextlib.nullcontext(), "fp32"
 
-
-def _cpu_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
