@@ -49,6 +49,22 @@ def test_other_positives_are_positives_or_ignored_whoever_brought_them():
     assert multi.ignore.tolist() == [[False, False, False, False, True], [False] * 5]
 
 
+def test_judged_documents_past_the_positives_cap_are_never_negatives():
+    from dpr.training.data import make_item
+
+    # qrels data: positive_ctxs holds d1 only (capped); qrels also judges d2 relevant, d3 not (grade 0)
+    ex = {"question": "q", "answers": [], "positive_ctxs": [ctx("d1", "one")], "negative_ctxs": [],
+          "hard_negative_ctxs": [ctx("n1", "neg")], "qrels": {"d1": 1, "d2": 2, "d3": 0}}
+    item = make_item(ex, 0, 0, 0, hard_negatives=1)
+    assert item.positive_ids == {"d1", "d2"}
+    ids = ["d1", "n1", "d2", "d3"]
+    single = pair_masks([item.as_question()], ids, None, [0], mask_answers=False)
+    assert single.positive.tolist() == [[True, False, False, False]]
+    assert single.ignore.tolist() == [[False, False, True, False]]  # d2 leaves the denominator, d3 stays
+    multi = pair_masks([item.as_question()], ids, None, [0], multi_positive=True, mask_answers=False)
+    assert multi.positive.tolist() == [[True, False, True, False]] and not multi.ignore.any()
+
+
 def test_corpus_answers_equals_has_answer_everywhere():
     texts = ["The Eiffel Tower is in Paris.", "Paris Hilton", "paris!", "Parisian food", "In 1,000 years", "x"]
     found = CorpusAnswers(texts)

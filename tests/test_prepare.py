@@ -182,8 +182,12 @@ def test_nfcorpus_recipe_empty_text_and_positive_order(tmp_path):
     train = read_retriever_json(out / "train.json")
     assert len(train) == 1  # q2 has no relevant doc in train
     assert [p["passage_id"] for p in train[0]["positive_ctxs"]] == ["d2", "d1"]  # most relevant first
+    assert train[0]["qrels"] == {"d1": 1, "d2": 2}  # every judged-relevant doc with its grade, not d3 (0)
     capped = nfcorpus.build({"seed": 0, "max_positives": 1}, files, out)
     assert capped["counts"]["positives_dropped_by_cap"]["train"] == 1
+    train = read_retriever_json(out / "train.json")
+    # the cap drops texts, not judgements: d1 is still known relevant (so never a negative for q1)
+    assert [p["passage_id"] for p in train[0]["positive_ctxs"]] == ["d2"] and train[0]["qrels"] == {"d1": 1, "d2": 2}
 
 
 # --- recipes on the real data -------------------------------------------------------------------------

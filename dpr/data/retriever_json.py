@@ -1,6 +1,10 @@
 """DPR retriever training data: a JSON list of
 ``{question, answers, positive_ctxs, negative_ctxs, hard_negative_ctxs}``, each ctx
 ``{passage_id, title, text}`` (extra keys such as ``score``/``has_answer`` are kept as they are).
+
+Qrels data adds two optional keys per example: ``query_id`` and ``qrels`` (``{passage id: grade}``, every
+passage judged relevant for the query, uncapped: ``positive_ctxs`` may carry only the first few with their
+texts). The false-negative masks and dev nDCG@10 read ``qrels``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,20 @@ def validate_example(path: str | Path, ex: object, i: int) -> dict:
             continue
         ctxs = get_list(path, ex, key, where)
         out[key] = [_check_ctx(path, c, where, f"{key}[{j}]") for j, c in enumerate(ctxs)]
+    if "qrels" in ex:
+        out["qrels"] = _check_qrels(path, ex["qrels"], where)
+    return out
+
+
+def _check_qrels(path: Path, qrels: object, where: str) -> dict[str, int]:
+    if not isinstance(qrels, dict):
+        raise DataError(path, f"expected an object {{passage id: grade}}, got {type(qrels).__name__}",
+                        line=where, field="qrels")
+    out: dict[str, int] = {}
+    for pid, grade in qrels.items():
+        if isinstance(grade, bool) or not isinstance(grade, int):
+            raise DataError(path, f"grade {grade!r} is not an integer", line=where, field=f"qrels.{pid}")
+        out[str(pid)] = grade
     return out
 
 

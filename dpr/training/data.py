@@ -208,7 +208,11 @@ def make_item(
         negatives += pool.draw(hard_negatives - len(negatives), own | {c["passage_id"] for c in negatives}, rng)
         if len(negatives) < hard_negatives:
             raise ValueError(f"the training set has too few passages for hard_negatives={hard_negatives}")
-    return TrainItem(example["question"], [positive, *negatives], tuple(example.get("answers") or ()), frozenset(own))
+    # qrels data: every judged-relevant passage (not only the positive_ctxs kept with their text) is one
+    # of the question's positives for the masks, so none of them is ever a negative for it
+    relevant = own | {str(pid) for pid, rel in (example.get("qrels") or {}).items() if rel > 0}
+    return TrainItem(example["question"], [positive, *negatives], tuple(example.get("answers") or ()),
+                     frozenset(relevant))
 
 
 def collate(

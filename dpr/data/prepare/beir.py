@@ -11,7 +11,10 @@ layout of the nfcorpus recipe (which is this recipe over registry files):
   the train queries becomes dev (their qrels move to ``qrels/dev.tsv``); with no train there is no
   training data (``train.json`` / ``dev.json`` are empty: BM25 and untrained dense only);
 - ``train.json`` / ``dev.json``: one example per query, positives = docs with relevance >= 1, most
-  relevant first, ties in a seeded order, at most ``max_positives`` per query; ``answers`` is [].
+  relevant first, ties in a seeded order, at most ``max_positives`` per query (their texts are what
+  training reads); ``qrels`` = every judged-relevant doc of the query with its grade, uncapped (what the
+  false-negative masks and dev nDCG@10 read: a relevant doc past the cap is never a negative);
+  ``answers`` is [].
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from dpr.data.retriever_json import make_ctx, write_retriever_json
 from dpr.errors import DataError
 
 KIND = "qrels"
-VERSION = 1
+VERSION = 2  # 2: examples carry their uncapped ``qrels``
 SOURCES: dict[str, str] = {}  # local files: see local_sources
 DEFAULTS = {"path": None, "seed": 13, "max_positives": 16, "dev_fraction": 0.1}
 SPLITS = ("train", "dev", "test")
@@ -69,6 +72,7 @@ def positive_examples(qrels: Mapping[str, Mapping[str, int]], queries: Mapping[s
     examples, dropped = [], 0
     for qid, rels in qrels.items():
         pos = [d for d, r in rels.items() if r >= 1]
+        judged = {d: int(rels[d]) for d in sorted(pos)}
         # string seeding of random.Random hashes with sha512: stable across machines (unlike hash())
         random.Random(f"{seed}:{qid}").shuffle(pos)
         pos.sort(key=lambda d: -rels[d])  # stable: the seeded order breaks ties
@@ -84,6 +88,7 @@ def positive_examples(qrels: Mapping[str, Mapping[str, int]], queries: Mapping[s
             "negative_ctxs": [],
             "hard_negative_ctxs": [],
             "query_id": qid,
+            "qrels": judged,
         })
     return examples, dropped
 

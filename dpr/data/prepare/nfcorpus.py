@@ -8,7 +8,8 @@
 - ``train.json`` / ``dev.json`` from the train / dev qrels: one example per query, positives = docs
   with relevance >= 1, most relevant first, ties in a seeded order, at most ``max_positives`` per query
   (null = all: NFCorpus has up to 1,363 per query and every ctx carries its text, so all of them would
-  make a ~190 MB train.json; 16 gives ~45 MB); ``answers`` is [] (qrels data). Test queries + qrels are the evaluation set.
+  make a ~190 MB train.json; 16 gives ~45 MB); ``qrels`` holds every judged-relevant id with its grade,
+  uncapped (the false-negative masks and dev nDCG@10 read it); ``answers`` is [] (qrels data). Test queries + qrels are the evaluation set.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from dpr.data.prepare.beir import write_beir_dataset
 
 KIND = "qrels"
-VERSION = 1
+VERSION = 2  # 2: examples carry their uncapped ``qrels`` (see beir.py)
 SOURCES = {
     "corpus": "nfcorpus-corpus",
     "queries": "nfcorpus-queries",
