@@ -48,7 +48,19 @@ def test_presets_override_a_few_keys():
     assert long["lr"] == 5e-5
 
 
+def test_auto_settings_follow_the_kind_of_data():
+    tc = TrainConfig()
+    assert (tc.multi_positive_for("qrels"), tc.multi_positive_for("qa")) == (True, False)
+    assert (tc.best_metric_for("qrels"), tc.best_metric_for("qa")) == ("ndcg@10", "avg_rank")
+    assert TrainConfig.from_dict({"val_corpus_topk": False}).best_metric_for("qrels") == "avg_rank"
+    pinned = TrainConfig.from_dict({"multi_positive": False, "best_metric": "mrr"})
+    assert (pinned.multi_positive_for("qrels"), pinned.best_metric_for("qrels")) == (False, "mrr")
+    assert _compose("train.multi_positive=true").train.multi_positive is True
+
+
 @pytest.mark.parametrize("bad,match", [({"batch_size": 0}, "batch_size"), ({"rounds": 0}, "rounds"),
+                                       ({"multi_positive": "yes"}, "multi_positive"),
+                                       ({"best_metric": "ndcg@10", "val_corpus_topk": False}, "val_corpus_topk"),
                                        ({"max_steps": 0, "epochs": 0}, "nothing to train"),
                                        ({"remine_bm25_share": 2.0}, "remine_bm25_share")])
 def test_degenerate_values_are_refused(bad, match):

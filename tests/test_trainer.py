@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -332,3 +333,28 @@ def test_each_phase_gets_its_own_warmup_and_decay():
     first = lrs(linear_schedule(opt(), 1, 4), 4)
     second = lrs(linear_schedule(opt(), 1, 6), 6)
     assert got == pytest.approx(first + second)  # the second phase warms up again from its own start
+
+
+def test_validation_ndcg_on_qrels_data_is_trec_evals_graded_ndcg():
+    from dpr.training.validation import corpus_topk_accuracy
+
+    class Dot:  # the validator asks the model only for its similarity
+        def similarity(self, q, p):
+            return q @ p.T
+
+    corpus = (["a", "b", "c"], ["ta", "tb", "tc"], ["", "", ""])
+    p = torch.eye(3)
+    q = torch.tensor([[0.1, 0.9, 0.5], [0.9, 0.1, 0.0]])  # ranks b, c, a and a, b, c
+    dev = [{"question": "q1", "answers": [], "positive_ctxs": [{"passage_id": "a", "title": "", "text": "ta"}],
+            "qrels": {"a": 2, "c": 1}},
+           {"question": "q2", "answers": [], "positive_ctxs": [{"passage_id": "c", "title": "", "text": "tc"}]}]
+    out = corpus_topk_accuracy(Dot(), None, dev, corpus, ks=[1, 2], use_answers=False,
+                               question_vectors=q, passage_vectors=p)
+    ideal1 = 2 + 1 / math.log2(3)
+    ndcg1 = (1 / math.log2(3) + 2 / math.log2(4)) / ideal1  # c at rank 2 (grade 1), a at rank 3 (grade 2)
+    ndcg2 = (1 / math.log2(4)) / 1.0  # no qrels: its positive c, grade 1, at rank 3
+    assert out["ndcg@10"] == pytest.approx((ndcg1 + ndcg2) / 2)
+    # top-k counts any judged-relevant passage (c for q1, though not in its positive_ctxs)
+    assert (out["top1"], out["top2"]) == (0.0, 0.5)
+    qa = corpus_topk_accuracy(Dot(), None, dev, corpus, ks=[1], use_answers=True, question_vectors=q, passage_vectors=p)
+    assert "ndcg@10" not in qa  # QA data: top-k only

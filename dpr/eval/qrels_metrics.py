@@ -32,7 +32,8 @@ def rank_documents(scores: Mapping[str, float]) -> list[str]:
     return [doc for doc, _ in sorted(scores.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)]
 
 
-def _metrics_for_query(ranked: list[str], judged: Mapping[str, int], metric_names: Iterable[str]) -> dict[str, float]:
+def query_metrics(ranked: list[str], judged: Mapping[str, int], metric_names: Iterable[str]) -> dict[str, float]:
+    """One query's metrics from its ranked document ids (best first) and its judged grades."""
     relevant = {doc for doc, rel in judged.items() if rel >= RELEVANCE_LEVEL}
     out: dict[str, float] = {}
     for name in metric_names:
@@ -67,7 +68,7 @@ def per_query_metrics(
     for i, qid in enumerate(query_ids):
         if qid not in run:
             continue
-        per_q = _metrics_for_query(rank_documents(run[qid]), qrels[qid], metrics)
+        per_q = query_metrics(rank_documents(run[qid]), qrels[qid], metrics)
         for m in metrics:
             values[m][i] = per_q[m]
     return query_ids, values

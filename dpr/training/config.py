@@ -31,7 +31,7 @@ class TrainConfig:
     shuffle_hard_negatives: bool = True  # DPR shuffles the negatives per epoch, then takes the first H
     dedup_positives: bool = True         # no two questions with the same positive passage in a batch
     # --- false negatives (dpr/training/masks.py)
-    multi_positive: bool = False         # qrels: every judged-relevant passage in the pool is a positive
+    multi_positive: Any = "auto"         # every judged-relevant passage in the pool is a positive (auto: qrels data)
     mask_answers: bool = True            # QA: passages containing the question's answer are not its negatives
     # --- corpus negatives / frozen index (dpr/training/corpus_negatives.py)
     frozen_steps: int = 0                # the first N steps train the question tower only, against the cached corpus
@@ -75,7 +75,8 @@ class TrainConfig:
     val_corpus_topk: bool = True         # top-k accuracy against the whole corpus
     val_topk: List[int] = field(default_factory=lambda: [1, 5, 20])
     val_corpus_max_passages: int = 500_000
-    best_metric: str = "avg_rank"        # picks the saved weights (*rank*/*loss*: lower is better)
+    best_metric: str = "auto"            # picks the saved weights (*rank*/*loss*: lower is better);
+                                         # auto: ndcg@10 on qrels data, avg_rank on QA data
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
@@ -88,7 +89,9 @@ class TrainConfig:
                 raise ValueError(f"train.{key} must be >= 0, got {getattr(tc, key)}")
         if tc.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise ValueError(f"train.precision must be auto, fp32, bf16 or fp16; got {tc.precision!r}")
-        if tc.best_metric.startswith("top") and not tc.val_corpus_topk:
+        if tc.multi_positive not in ("auto", True, False):
+            raise ValueError(f"train.multi_positive must be auto, true or false; got {tc.multi_positive!r}")
+        if (tc.best_metric.startswith("top") or tc.best_metric.startswith("ndcg")) and not tc.val_corpus_topk:
             raise ValueError(f"train.best_metric={tc.best_metric} needs train.val_corpus_topk=true")
         if not 0.0 <= tc.remine_bm25_share <= 1.0:
             raise ValueError(f"train.remine_bm25_share must be in [0, 1], got {tc.remine_bm25_share}")
@@ -96,6 +99,18 @@ class TrainConfig:
             raise ValueError("zero training steps (nothing to train): set train.max_steps, train.epochs or "
                              "train.frozen_steps > 0")
         return tc
+
+    def multi_positive_for(self, kind: str) -> bool:
+        """``multi_positive`` for a dataset of ``kind`` (qa | qrels): auto = on for qrels data, where a
+        query has many judged-relevant documents (chosen on nfcorpus dev; see README), off for QA."""
+        return kind == "qrels" if self.multi_positive == "auto" else bool(self.multi_positive)
+
+    def best_metric_for(self, kind: str) -> str:
+        """``best_metric`` for a dataset of ``kind``: auto = dev nDCG@10 on qrels data (what is reported
+        there; needs ``val_corpus_topk``), DPR's average rank on QA data."""
+        if self.best_metric != "auto":
+            return self.best_metric
+        return "ndcg@10" if kind == "qrels" and self.val_corpus_topk else "avg_rank"
 
 
 def register_schema() -> None:

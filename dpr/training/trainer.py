@@ -136,7 +136,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
         question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
         seed=seed, rank=rank, world_size=world, shuffle=tc.shuffle, shuffle_positives=tc.shuffle_positives,
         shuffle_hard_negatives=tc.shuffle_hard_negatives, dedup_positives=tc.dedup_positives,
-        multi_positive=tc.multi_positive, mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
+        multi_positive=tc.multi_positive_for(kind), mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
     )
     accum = tc.grad_accumulation_steps
     total = _total_steps(batches, tc)
@@ -158,7 +158,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
         if needs_corpus and corpus_texts is None:
             raise FileNotFoundError(f"{paths.passages}: corpus negatives / frozen-index steps need the passages file")
     corpus = CorpusNegatives(*corpus_texts, max_corpus=tc.corpus_max_passages, topk=tc.corpus_topk,
-                             multi_positive=tc.multi_positive, mask_answers=tc.mask_answers and kind == "qa",
+                             multi_positive=tc.multi_positive_for(kind), mask_answers=tc.mask_answers and kind == "qa",
                              teacher=teacher) if needs_corpus else None
     val_autocast = "off" if precision == "fp32" else precision
     validator = None
@@ -166,7 +166,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
         validator = Validator(tokenizer, dev_examples, corpus=corpus_texts if tc.val_corpus_topk else None,
                               use_answers=kind == "qa", cfg=dataclasses.asdict(tc),
                               question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
-                              autocast=val_autocast, primary_metric=tc.best_metric)
+                              autocast=val_autocast, primary_metric=tc.best_metric_for(kind))
 
     fingerprint = ckpt.run_fingerprint({**conf, "loss": conf.get("loss")}, dataclasses.asdict(tc), train_file, world)
     resume_dir = ckpt.resolve_resume(tc.resume, out)
@@ -214,7 +214,8 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
         trainer.logger.close()  # flush what was logged (and finish a wandb run) before the error propagates
         raise
     info = {"resumed_from": str(resume_dir) if resume_dir else None, **dict(extra_summary or {})}
-    summary = _finish(out, model, tokenizer, state, tc, conf, main, precision, world, wall_start, info)
+    summary = _finish(out, model, tokenizer, state, tc, conf, main, precision, world, wall_start, info,
+                      best_metric=tc.best_metric_for(kind))
     trainer.logger.summary({"best_step": state.best_step, **summary["final_metrics"]})
     trainer.logger.close()
     dist.barrier()
@@ -222,7 +223,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
 
 
 def _finish(out, model, tokenizer, state: TrainState, tc: TrainConfig, conf: dict, main: bool, precision: str,
-            world: int, wall_start: float, extra: Mapping[str, Any] | None) -> dict:
+            world: int, wall_start: float, extra: Mapping[str, Any] | None, *, best_metric: str) -> dict:
     """Save the best (or, without validation, the last) weights to ``out`` and write the summary."""
     final_from = "last"
     best = ckpt.read_best(out) if state.best_step is not None else None
@@ -239,7 +240,7 @@ def _finish(out, model, tokenizer, state: TrainState, tc: TrainConfig, conf: dic
         "epoch": state.epoch,
         "batch_in_epoch": state.batch_in_epoch,
         "best_step": state.best_step,
-        "best_metric": {"name": state.best_metric or tc.best_metric, "value": state.best_value},
+        "best_metric": {"name": state.best_metric or best_metric, "value": state.best_value},
         "final_weights": final_from,
         "final_metrics": final_metrics,
         "initial_validation": state.initial_validation,

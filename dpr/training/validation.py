@@ -149,8 +149,10 @@ def corpus_topk_accuracy(
     question_vectors: torch.Tensor | None = None,
     passage_vectors: torch.Tensor | None = None,
 ) -> dict:
-    """Top-k accuracy of dev questions against the whole corpus: ``{"top1": .., "top5": .., "top20": ..}``."""
+    """Top-k accuracy of dev questions against the whole corpus: ``{"top1": .., "top5": .., "top20": ..}``;
+    for qrels data (examples carrying ``qrels``) also ``ndcg@10``, graded as trec_eval grades it."""
     from dpr.eval.has_answer import has_answer
+    from dpr.eval.qrels_metrics import query_metrics
 
     examples = _select(examples, max_questions)
     ids, texts, titles = corpus
@@ -163,16 +165,25 @@ def corpus_topk_accuracy(
     q = question_vectors
     if q is None:
         q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
+    graded = not use_answers and any(ex.get("qrels") for ex in examples)
     kmax = min(max(ks), len(ids))
+    ndcg = torch.zeros(len(examples), dtype=torch.float64)
     hits = torch.zeros(len(examples), kmax, dtype=torch.bool)
     for start in range(0, len(examples), 256):
-        top = _similarity(model, q[start:start + 256], p).topk(kmax, dim=1).indices
+        sim = _similarity(model, q[start:start + 256], p)
+        if graded:  # a dev example without qrels counts its positive_ctxs as grade 1
+            for i, (row, ex) in enumerate(zip(sim.topk(min(10, len(ids)), dim=1).indices.tolist(),
+                                              examples[start:start + 256])):
+                judged = ex.get("qrels") or {c["passage_id"]: 1 for c in ex["positive_ctxs"]}
+                ndcg[start + i] = query_metrics([ids[j] for j in row], judged, ["ndcg@10"])["ndcg@10"]
+        top = sim.topk(kmax, dim=1).indices
         for i, (row, ex) in enumerate(zip(top.tolist(), examples[start:start + 256])):
             answers = ex.get("answers") or []
             if use_answers and answers:
                 hits[start + i] = torch.tensor([has_answer(answers, texts[j]) for j in row])
             else:
                 gold = {c["passage_id"] for c in ex["positive_ctxs"]}
+                gold |= {pid for pid, rel in (ex.get("qrels") or {}).items() if rel > 0}
                 hits[start + i] = torch.tensor([ids[j] in gold for j in row])
     first_hit = hits.cumsum(dim=1) > 0
     out = {}
@@ -180,6 +191,9 @@ def corpus_topk_accuracy(
         col = first_hit[:, min(k, kmax) - 1].double()
         out[f"top{k}"] = float(col.mean())
         out[f"top{k}_ci95"] = _ci95(col)
+    if graded:
+        out["ndcg@10"] = float(ndcg.mean())
+        out["ndcg@10_ci95"] = _ci95(ndcg)
     return out
 
 
