@@ -46,9 +46,15 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "distill": ("two-tower steps with BM25 as a lexical teacher over the in-batch pool", ["loss=lexical_distill"]),
     "multi_positive": ("qrels: every judged positive in the pool is a positive, one drawn per epoch",
                        ["train.multi_positive=true", "train.shuffle_positives=true"]),
+    "single_positive": ("qrels: the default recipe with one positive per query (its other judged documents "
+                        "masked, not positives)", ["model.shared=false", "train.frozen_steps=124", "train.lr=5e-5",
+                                                   "train.multi_positive=false"]),
+    "frozen_lr5e-5": ("frozen index only at lr 5e-5, 1 epoch x 64", ["model.shared=false", "train.frozen_steps=124",
+                      "train.max_steps=0", "train.epochs=0", "train.batch_size=64", "train.lr=5e-5"]),
     "hinge": ("margin loss instead of the softmax NLL", ["loss=hinge"]),
 }
-METRICS = ("top1", "top5", "top20", "mrr", "avg_rank")
+METRICS = ("top1", "top5", "top20", "mrr", "avg_rank", "ndcg@10")
+QRELS_ONLY = ("multi_positive", "single_positive")  # one positive per question on QA data: nothing to vary
 
 
 def run_variant(dataset: str, name: str, overrides: list[str], out: Path, data_dir: str, extra: list[str]) -> dict:
@@ -81,15 +87,16 @@ def row_of(dataset: str, name: str, summary: dict) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = "| dataset | variant | dev top-1 | dev top-5 | dev top-20 | dev MRR | avg rank | best step / steps | wall s |"
-    lines = [head, "|" + "---|" * 9]
+    head = ("| dataset | variant | dev top-1 | dev top-5 | dev top-20 | dev MRR | avg rank | dev nDCG@10 "
+            "| best step / steps | wall s |")
+    lines = [head, "|" + "---|" * 10]
 
     def cell(r, m, pct=True):
         if m not in r:
             return ""
         v, ci = r[m], r.get(f"{m}_ci95")
-        scale = 100 if pct else 1
-        return f"{v * scale:.1f} ± {ci * scale:.1f}" if ci is not None else f"{v * scale:.1f}"
+        scale, fmt = (100, ".1f") if pct else (1, ".3f" if m.startswith("ndcg") else ".1f")
+        return f"{v * scale:{fmt}} ± {ci * scale:{fmt}}" if ci is not None else f"{v * scale:{fmt}}"
 
     seen = set()
     for r in rows:
@@ -97,12 +104,14 @@ def table(rows: list[dict]) -> str:
             seen.add(r["dataset"])
             start = {m: r[f"{m}_start"] for m in METRICS if f"{m}_start" in r}
             lines.append(f"| {r['dataset']} | (untrained) | {cell(start, 'top1')} | {cell(start, 'top5')} "
-                         f"| {cell(start, 'top20')} | {cell(start, 'mrr')} | {cell(start, 'avg_rank', pct=False)} | | |")
+                         f"| {cell(start, 'top20')} | {cell(start, 'mrr')} | {cell(start, 'avg_rank', pct=False)} "
+                         f"| {cell(start, 'ndcg@10', pct=False)} | | |")
         if "error" in r:
-            lines.append(f"| {r['dataset']} | {r['variant']} | {r['error']} |||||||")
+            lines.append(f"| {r['dataset']} | {r['variant']} | {r['error']} ||||||||")
             continue
         lines.append(f"| {r['dataset']} | {r['variant']} | {cell(r, 'top1')} | {cell(r, 'top5')} | {cell(r, 'top20')} "
-                     f"| {cell(r, 'mrr')} | {cell(r, 'avg_rank', pct=False)} | {r['best_step']} / {r['steps']} "
+                     f"| {cell(r, 'mrr')} | {cell(r, 'avg_rank', pct=False)} | {cell(r, 'ndcg@10', pct=False)} "
+                     f"| {r['best_step']} / {r['steps']} "
                      f"| {r['wall_s']:.0f} |")
     return "\n".join(lines) + "\n"
 
@@ -124,8 +133,8 @@ def main() -> None:
     rows = []
     for dataset in args.datasets.split(","):
         for name in names:
-            if name == "multi_positive" and dataset != "nfcorpus":
-                continue  # one positive per question on QA data: nothing to vary
+            if name in QRELS_ONLY and dataset != "nfcorpus":
+                continue
             summary = out / dataset / name / "train_summary.json"
             if args.collect:
                 if summary.is_file():
