@@ -49,12 +49,15 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "single_positive": ("qrels: the default recipe with one positive per query (its other judged documents "
                         "masked, not positives)", ["model.shared=false", "train.frozen_steps=124", "train.lr=5e-5",
                                                    "train.multi_positive=false"]),
-    "frozen_lr5e-5": ("frozen index only at lr 5e-5, 1 epoch x 64", ["model.shared=false", "train.frozen_steps=124",
+    "frozen_lr5e-5": ("frozen index only at lr 5e-5, 124 steps x 64", ["model.shared=false", "train.frozen_steps=124",
                       "train.max_steps=0", "train.epochs=0", "train.batch_size=64", "train.lr=5e-5"]),
+    "frozen_single": ("frozen_lr5e-5 with one positive per query (qrels: other judged documents masked)",
+                      ["model.shared=false", "train.frozen_steps=124", "train.max_steps=0", "train.epochs=0",
+                       "train.batch_size=64", "train.lr=5e-5", "train.multi_positive=false"]),
     "hinge": ("margin loss instead of the softmax NLL", ["loss=hinge"]),
 }
 METRICS = ("top1", "top5", "top20", "mrr", "avg_rank", "ndcg@10")
-QRELS_ONLY = ("multi_positive", "single_positive")  # one positive per question on QA data: nothing to vary
+QRELS_ONLY = ("multi_positive", "single_positive", "frozen_single")  # one positive per question on QA data: nothing to vary
 
 
 def run_variant(dataset: str, name: str, overrides: list[str], out: Path, data_dir: str, extra: list[str]) -> dict:
