@@ -182,8 +182,8 @@ def _training_section(facts: Mapping[str, Any]) -> list[str]:
                        ("frozen_steps", "frozen-index steps (question tower vs the cached corpus)"),
                        ("corpus_negatives", "whole-corpus negatives term"), ("mask_answers", "answer-bearing passages masked"),
                        ("multi_positive", "every judged positive a positive"), ("rounds", "re-mining rounds")):
-        if key in tc:
-            rows.append([label, tc[key]])
+        if key in tc:  # an "auto" setting as the run resolved it
+            rows.append([label, (summary.get("resolved") or {}).get(key, tc[key])])
     rows.append(["steps", f"{summary.get('steps')} (epoch {summary.get('epoch')})"])
     if batch is not None and summary.get("steps") is not None:
         rows.append(["examples seen", f"{summary['steps'] * batch * world * int(tc.get('grad_accumulation_steps') or 1):,}"])

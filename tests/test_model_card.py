@@ -44,7 +44,9 @@ def run_with_report(tiny_model_dir, tmp_path):
                "final_weights": "best (step 100, avg_rank=3.2)",
                "config": {"data": {"name": "tiny"}, "data_dir": str(data_dir), "seed": 42,
                           "train": {"batch_size": 16, "hard_negatives": 1, "lr": 2e-5, "warmup_ratio": 0.1,
-                                    "grad_accumulation_steps": 1, "grad_cache_chunk_size": 0}}}
+                                    "grad_accumulation_steps": 1, "grad_cache_chunk_size": 0,
+                                    "multi_positive": "auto"}},
+               "resolved": {"multi_positive": False, "best_metric": "avg_rank"}}
     (out / "model" / "train_summary.json").write_text(json.dumps(summary))
     # bm25 finds 4 of 8 at rank 1; dense 6 of 8 within the top 5 (2 at rank 1)
     write_results(out / "bm25.json", _results({0: 1, 1: 1, 2: 1, 3: 1}))
@@ -65,7 +67,8 @@ def test_card_holds_the_report_and_training_config(run_with_report):
     # training facts from train_summary.json and the dataset's size from its meta/train files
     for fact in ("| BM25 hard negatives per question | 1 |", "| precision | bf16 |", "| steps | 120 (epoch 1) |",
                  "16 questions per device x 2 device(s); 64 passages in the pool", "| examples seen | 3,840 |",
-                 "Training data: `tiny`, 8 training questions.", "softmax cross-entropy"):
+                 "Training data: `tiny`, 8 training questions.", "softmax cross-entropy",
+                 "| every judged positive a positive | False |"):  # "auto" as the run resolved it
         assert fact in text, fact
     meta = read_card_metadata(card)
     assert meta["library_name"] == "transformers" and meta["datasets"] == ["tiny"]

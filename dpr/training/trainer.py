@@ -214,8 +214,10 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
         trainer.logger.close()  # flush what was logged (and finish a wandb run) before the error propagates
         raise
     info = {"resumed_from": str(resume_dir) if resume_dir else None, **dict(extra_summary or {})}
+    # what the "auto" settings became for this data, for the summary and the model card
+    resolved = {"multi_positive": tc.multi_positive_for(kind), "best_metric": tc.best_metric_for(kind)}
     summary = _finish(out, model, tokenizer, state, tc, conf, main, precision, world, wall_start, info,
-                      best_metric=tc.best_metric_for(kind))
+                      resolved=resolved)
     trainer.logger.summary({"best_step": state.best_step, **summary["final_metrics"]})
     trainer.logger.close()
     dist.barrier()
@@ -223,7 +225,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
 
 
 def _finish(out, model, tokenizer, state: TrainState, tc: TrainConfig, conf: dict, main: bool, precision: str,
-            world: int, wall_start: float, extra: Mapping[str, Any] | None, *, best_metric: str) -> dict:
+            world: int, wall_start: float, extra: Mapping[str, Any] | None, *, resolved: Mapping[str, Any]) -> dict:
     """Save the best (or, without validation, the last) weights to ``out`` and write the summary."""
     final_from = "last"
     best = ckpt.read_best(out) if state.best_step is not None else None
@@ -240,7 +242,8 @@ def _finish(out, model, tokenizer, state: TrainState, tc: TrainConfig, conf: dic
         "epoch": state.epoch,
         "batch_in_epoch": state.batch_in_epoch,
         "best_step": state.best_step,
-        "best_metric": {"name": state.best_metric or best_metric, "value": state.best_value},
+        "best_metric": {"name": state.best_metric or resolved["best_metric"], "value": state.best_value},
+        "resolved": dict(resolved),
         "final_weights": final_from,
         "final_metrics": final_metrics,
         "initial_validation": state.initial_validation,
