@@ -121,6 +121,8 @@ def test_retriever_json_broken_json_names_line(tmp_path):
         ({"hard_negative_ctxs": [{"passage_id": "1", "title": "T", "text": ""}]}, "hard_negative_ctxs[0].text", "empty"),
         ({"negative_ctxs": [{"passage_id": None, "title": "T", "text": "x"}]}, "negative_ctxs[0].passage_id", "expected a string"),
         ({"positive_ctxs": [{"passage_id": "1", "title": 5, "text": "x"}]}, "positive_ctxs[0].title", "expected a string"),
+        ({"qrels": ["d1"]}, "qrels", "expected an object"),
+        ({"qrels": {"d1": 1, "d2": "2"}}, "qrels.d2", "not an integer"),
     ],
 )
 def test_retriever_json_bad_record(tmp_path, bad, field, word):
