@@ -46,6 +46,9 @@ def test_presets_override_a_few_keys():
     long = OmegaConf.to_container(_compose("train=long").train)  # builds on the pipeline recipe
     assert (long["frozen_steps"], long["max_steps"], long["validate_at_start"]) == (248, 400, True)
     assert long["lr"] == 5e-5
+    frozen = OmegaConf.to_container(_compose("train=frozen").train)  # the frozen-index phase alone
+    assert (frozen["frozen_steps"], frozen["max_steps"], frozen["epochs"], frozen["batch_size"]) == (124, 0, 0, 64)
+    assert frozen["lr"] == 5e-5 and TrainConfig.from_dict(frozen).frozen_steps == 124
 
 
 def test_auto_settings_follow_the_kind_of_data():
