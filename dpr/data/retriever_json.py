@@ -91,6 +91,13 @@ def write_retriever_json(path: str | Path, examples: Iterable[dict]) -> int:
     return n
 
 
+def relevant_ids(example: dict) -> frozenset[str]:
+    """Every passage relevant for the example's question: its ``positive_ctxs`` and, on qrels data, every
+    passage its ``qrels`` grade 1 or more (those past the ``max_positives`` cap included)."""
+    ids = {str(c["passage_id"]) for c in example["positive_ctxs"]}
+    return frozenset(ids | {str(pid) for pid, rel in (example.get("qrels") or {}).items() if rel >= 1})
+
+
 def make_ctx(passage_id: str, title: str, text: str, **extra) -> dict:
     """A ctx dict in the canonical key order."""
     return {"passage_id": str(passage_id), "title": title, "text": text, **extra}

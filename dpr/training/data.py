@@ -33,6 +33,7 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from dpr.data.retriever_json import read_retriever_json, relevant_ids
 from dpr.errors import DataError
 from dpr.losses import PairMasks
 from dpr.training.masks import pair_masks
@@ -67,8 +68,6 @@ class Batch(NamedTuple):
 
 def load_examples(path: str | Path) -> list[dict]:
     """DPR retriever JSON examples that have at least one positive passage."""
-    from dpr.data.retriever_json import read_retriever_json
-
     examples = read_retriever_json(path)
     kept = [ex for ex in examples if ex["positive_ctxs"]]
     if len(kept) < len(examples):
@@ -210,9 +209,8 @@ def make_item(
             raise ValueError(f"the training set has too few passages for hard_negatives={hard_negatives}")
     # qrels data: every judged-relevant passage (not only the positive_ctxs kept with their text) is one
     # of the question's positives for the masks, so none of them is ever a negative for it
-    relevant = own | {str(pid) for pid, rel in (example.get("qrels") or {}).items() if rel > 0}
     return TrainItem(example["question"], [positive, *negatives], tuple(example.get("answers") or ()),
-                     frozenset(relevant))
+                     relevant_ids(example))
 
 
 def collate(

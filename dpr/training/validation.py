@@ -151,6 +151,7 @@ def corpus_topk_accuracy(
 ) -> dict:
     """Top-k accuracy of dev questions against the whole corpus: ``{"top1": .., "top5": .., "top20": ..}``;
     for qrels data (examples carrying ``qrels``) also ``ndcg@10``, graded as trec_eval grades it."""
+    from dpr.data.retriever_json import relevant_ids
     from dpr.eval.has_answer import has_answer
     from dpr.eval.qrels_metrics import query_metrics
 
@@ -182,8 +183,7 @@ def corpus_topk_accuracy(
             if use_answers and answers:
                 hits[start + i] = torch.tensor([has_answer(answers, texts[j]) for j in row])
             else:
-                gold = {c["passage_id"] for c in ex["positive_ctxs"]}
-                gold |= {pid for pid, rel in (ex.get("qrels") or {}).items() if rel > 0}
+                gold = relevant_ids(ex)
                 hits[start + i] = torch.tensor([ids[j] in gold for j in row])
     first_hit = hits.cumsum(dim=1) > 0
     out = {}
