@@ -168,17 +168,16 @@ def corpus_topk_accuracy(
         q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
     graded = not use_answers and any(ex.get("qrels") for ex in examples)
     kmax = min(max(ks), len(ids))
+    depth = min(max(kmax, 10), len(ids)) if graded else kmax  # one ranking serves top-k and nDCG@10
     ndcg = torch.zeros(len(examples), dtype=torch.float64)
     hits = torch.zeros(len(examples), kmax, dtype=torch.bool)
     for start in range(0, len(examples), 256):
-        sim = _similarity(model, q[start:start + 256], p)
-        if graded:  # a dev example without qrels counts its positive_ctxs as grade 1
-            for i, (row, ex) in enumerate(zip(sim.topk(min(10, len(ids)), dim=1).indices.tolist(),
-                                              examples[start:start + 256])):
+        top = _similarity(model, q[start:start + 256], p).topk(depth, dim=1).indices
+        for i, (ranked, ex) in enumerate(zip(top.tolist(), examples[start:start + 256])):
+            if graded:  # a dev example without qrels counts its positive_ctxs as grade 1
                 judged = ex.get("qrels") or {c["passage_id"]: 1 for c in ex["positive_ctxs"]}
-                ndcg[start + i] = query_metrics([ids[j] for j in row], judged, ["ndcg@10"])["ndcg@10"]
-        top = sim.topk(kmax, dim=1).indices
-        for i, (row, ex) in enumerate(zip(top.tolist(), examples[start:start + 256])):
+                ndcg[start + i] = query_metrics([ids[j] for j in ranked[:10]], judged, ["ndcg@10"])["ndcg@10"]
+            row = ranked[:kmax]
             answers = ex.get("answers") or []
             if use_answers and answers:
                 hits[start + i] = torch.tensor([has_answer(answers, texts[j]) for j in row])
