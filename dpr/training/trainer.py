@@ -117,6 +117,8 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
     if tc.validate and not dev_examples:
         log.warning("%s: no dev examples: no validation, the final weights are the last step's", paths.dev)
     kind = conf["data"].get("kind") or paths.kind
+    # what the "auto" settings become for this data (also in the summary and the model card)
+    resolved = {"multi_positive": tc.multi_positive_for(kind), "best_metric": tc.best_metric_for(kind)}
 
     model_cfg = dict(conf["model"])
     model, tokenizer = load_biencoder(model_cfg.pop("name"), **model_cfg)
@@ -136,7 +138,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
         question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
         seed=seed, rank=rank, world_size=world, shuffle=tc.shuffle, shuffle_positives=tc.shuffle_positives,
         shuffle_hard_negatives=tc.shuffle_hard_negatives, dedup_positives=tc.dedup_positives,
-        multi_positive=tc.multi_positive_for(kind), mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
+        multi_positive=resolved["multi_positive"], mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
     )
     accum = tc.grad_accumulation_steps
     total = _total_steps(batches, tc)
@@ -158,7 +160,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
         if needs_corpus and corpus_texts is None:
             raise FileNotFoundError(f"{paths.passages}: corpus negatives / frozen-index steps need the passages file")
     corpus = CorpusNegatives(*corpus_texts, max_corpus=tc.corpus_max_passages, topk=tc.corpus_topk,
-                             multi_positive=tc.multi_positive_for(kind), mask_answers=tc.mask_answers and kind == "qa",
+                             multi_positive=resolved["multi_positive"], mask_answers=tc.mask_answers and kind == "qa",
                              teacher=teacher) if needs_corpus else None
     val_autocast = "off" if precision == "fp32" else precision
     validator = None
@@ -166,7 +168,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
         validator = Validator(tokenizer, dev_examples, corpus=corpus_texts if tc.val_corpus_topk else None,
                               use_answers=kind == "qa", cfg=dataclasses.asdict(tc),
                               question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
-                              autocast=val_autocast, primary_metric=tc.best_metric_for(kind))
+                              autocast=val_autocast, primary_metric=resolved["best_metric"])
 
     fingerprint = ckpt.run_fingerprint({**conf, "loss": conf.get("loss")}, dataclasses.asdict(tc), train_file, world)
     resume_dir = ckpt.resolve_resume(tc.resume, out)
@@ -214,8 +216,6 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
         trainer.logger.close()  # flush what was logged (and finish a wandb run) before the error propagates
         raise
     info = {"resumed_from": str(resume_dir) if resume_dir else None, **dict(extra_summary or {})}
-    # what the "auto" settings became for this data, for the summary and the model card
-    resolved = {"multi_positive": tc.multi_positive_for(kind), "best_metric": tc.best_metric_for(kind)}
     summary = _finish(out, model, tokenizer, state, tc, conf, main, precision, world, wall_start, info,
                       resolved=resolved)
     trainer.logger.summary({"best_step": state.best_step, **summary["final_metrics"]})
