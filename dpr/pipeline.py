@@ -96,8 +96,12 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
 
 
 def run_pipeline(cfg: DictConfig) -> dict:
-    """Run every stage for ``cfg.data`` and return the evaluation report."""
+    """Run every stage for ``cfg.data`` and return the evaluation report (with ``until=train``: stop
+    after training, for dev-only ablations, and return where the model and its dev figures are)."""
     start = time.perf_counter()
+    until = cfg.get("until")
+    if until not in (None, "train"):
+        raise ValueError(f"until must be null (every stage) or train, got {until!r}")
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     stages = StageRunner(out / "stages", force=bool(cfg.get("force", False)))
@@ -182,6 +186,9 @@ def run_pipeline(cfg: DictConfig) -> dict:
         "dense_untrained", str(untrained_dir), [untrained_dir / "biencoder.json"])
 
     train_model_rounds(cfg, ds, out, model_dir, stages)
+    if until == "train":  # a dev-only run (ablations): the trained model never meets the test split
+        return _finish(out, stages, start, {"until": "train", "model": str(model_dir),
+                                            "train_summary": str(model_dir / "train_summary.json")})
     systems["dense"] = dense_system("dense", str(model_dir), [model_dir / "biencoder.json"])
 
     # 5. hybrid: linear fusion weight tuned on dev, plus reciprocal rank fusion for reference
@@ -237,9 +244,14 @@ def run_pipeline(cfg: DictConfig) -> dict:
         from dpr.reader.pipeline import attach_reader, reader_report
         report = attach_reader(report, reader_report(cfg.reader_cfg, ds, runs, out, stages), out, eval_dir, stages)
     write_model_card(model_dir, report=eval_dir / "report.json")  # the trained model's card, with the report
+    log.info("report: %s", eval_dir / "report.md")
+    return _finish(out, stages, start, report)
+
+
+def _finish(out: Path, stages: StageRunner, start: float, result: dict) -> dict:
+    """Write ``timings.json`` (each stage's seconds and the total) and return ``result``."""
     total = time.perf_counter() - start
     timings = {**{k: round(v, 1) for k, v in stages.timings.items()}, "total": round(total, 1)}
     write_json_atomic(out / "timings.json", {"seconds": timings, "skipped": stages.skipped})
     log.info("pipeline finished in %.1f s; stage seconds: %s", total, timings)
-    log.info("report: %s", eval_dir / "report.md")
-    return report
+    return result

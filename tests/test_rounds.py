@@ -35,3 +35,17 @@ def test_two_rounds_remine_from_the_trained_model(tiny_data_dir, tiny_model_dir,
     rows = [json.loads(line) for line in (out / "model" / "metrics.jsonl").read_text().splitlines()]
     assert [r["frozen"] for r in rows] == [True, True, False, False, False, False]
     assert all("masked" in r for r in rows)
+
+
+def test_until_train_stops_before_the_trained_model_meets_the_test_split(tiny_data_dir, tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "until=train")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "model" / "train_summary.json").is_file()  # the dev figures of the kept weights
+    seconds = json.loads((out / "timings.json").read_text())["seconds"]
+    assert "train" in seconds and not any(k.startswith(("dense_retrieve", "dense_encode", "hybrid")) for k in seconds)
+    assert not (out / "dense").exists() and not (out / "eval").exists() and not (out / "hybrid").exists()
+
+    bad = _pipeline(tiny_data_dir, tiny_model_dir, tmp_path / "bad", "until=eval")
+    assert bad.returncode != 0 and "until must be null" in bad.stderr
+    assert not (tmp_path / "bad" / "bm25").exists()  # refused before any work
