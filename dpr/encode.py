@@ -7,7 +7,7 @@ memory-mapped temp ``.npy``. Within a chunk, batches are length-sorted and padde
 longest passage (`dpr.models.iter_encode_batches`), under inference mode with bf16 autocast where
 the hardware has it.
 
-Runtime: ``runtime=auto`` (default: ``onnx`` where the encode runs in fp32 on the CPU, else torch), ``torch`` or ``onnx`` (`dpr.models.onnx_runtime`: the passage tower exported
+Runtime: ``runtime=auto`` (default: ``onnx`` where the encode runs in fp32 on an AVX-512 CPU, else torch), ``torch`` or ``onnx`` (`dpr.models.onnx_runtime`: the passage tower exported
 once, cached by the model's fingerprint, run by ONNX Runtime on the CPU in fp32).
 
 Resuming: a shard whose manifest exists and matches (content fingerprints of the model and the
@@ -130,8 +130,8 @@ def encode_corpus(
     ``max_length`` defaults to the model's ``passage_max_length``; ``autocast`` "auto" | "bf16" |
     "fp16" | "off"; ``quantize`` "auto" | "none" | "int8" (`dpr.models.quantize`: int8 replaces autocast,
     and ``auto`` is none, int8 failing the quality bar); ``runtime`` "auto" | "torch" | "onnx"
-    (`dpr.models.onnx_runtime`: CPU, fp32, autocast does not apply; auto = onnx where the encode runs in fp32 on
-    the CPU; the graph is cached under
+    (`dpr.models.onnx_runtime`: CPU, fp32, autocast does not apply; auto = onnx where the encode runs in fp32 on an
+    AVX-512 CPU; the graph is cached under
     ``<cache_dir>/onnx``, default the data cache's); ``device`` defaults to cuda:LOCAL_RANK when CUDA is
     available and the runtime is torch, else CPU; ``cache_dir`` also holds the Arrow copy of the passages
     (default: datasets' cache).
@@ -146,7 +146,7 @@ def encode_corpus(
     from dpr.models.quantize import quantize_for_inference, resolve_quantize
 
     quantize = resolve_quantize(quantize)  # validated before any work; the device is checked once known
-    runtime = resolve_runtime(runtime, device, autocast, quantize)  # auto: onnx for fp32 on the CPU
+    runtime = resolve_runtime(runtime, device, autocast, quantize)  # auto: onnx for fp32 on an AVX-512 CPU
     if runtime == "onnx":
         require_onnxruntime()  # an explicit onnx on an install without it: one line, before any work
     todo_ids = assigned_shards(int(num_shards), shard_id)

@@ -24,7 +24,7 @@ actually computes on, divided by time and by the matmul peak this script measure
 matmul); none for int8 (no comparable peak). Quality per row: min cosine
 against our fp32 vectors, and with ``--qa M`` top-20 accuracy on M questions whose answer occurs in the
 N passages. ``ratio.best``: ours with this machine's defaults (autocast, quantize and runtime ``auto``: the
-``ours-onnx`` row where the encode runs in fp32 on the CPU, else ``ours``) over the peer's default (fp32); ``ratio_levers``: each ``ours-<lever>`` row over the peer's default
+``ours-onnx`` row where the encode runs in fp32 on an AVX-512 CPU, else ``ours``) over the peer's default (fp32); ``ratio_levers``: each ``ours-<lever>`` row over the peer's default
 and over the peer's same lever. Also timed: `dpr.encode.encode_corpus` end to end (TSV → Arrow → shards).
 """
 
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
             r["top20_equal_ours_fp32"] = r["top20"] == next(
                 x["top20"] for x in out_rows if x["system"] == "ours" and x["precision"] == "fp32")
 
-    # Our defaults on this machine: runtime auto (ONNX Runtime where the encode runs in fp32 on the CPU),
+    # Our defaults on this machine: runtime auto (ONNX Runtime where the encode runs in fp32 on an AVX-512 CPU),
     # autocast auto (bf16 where native); quantize auto is none everywhere (int8 fails the cosine bar).
     default_system = "ours-onnx" if (resolve_runtime("auto", "cpu", args.autocast) == "onnx"
                                      and ("ours-onnx", "fp32") in timed) else "ours"

@@ -124,19 +124,32 @@ def test_runtime_errors(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
         require_onnxruntime()
 
 
-def test_auto_runtime_is_onnx_exactly_where_the_encode_runs_in_fp32_on_the_cpu(monkeypatch):
+def test_auto_runtime_is_onnx_exactly_where_the_encode_runs_in_fp32_on_an_avx512_cpu(monkeypatch):
     import dpr.models.inference as inference
+    import dpr.perf.cpu as perf_cpu
 
     have_ort = importlib.util.find_spec("onnxruntime") is not None
-    for has_bf16 in (True, False):
+    for has_bf16, avx512 in [(True, True), (False, True), (False, False), (True, False)]:
         monkeypatch.setattr(inference, "cpu_supports_bf16", lambda: has_bf16)
-        assert resolve_runtime("auto", "cpu", "auto") == ("onnx" if have_ort and not has_bf16 else "torch")
-        assert resolve_runtime("auto", "cpu", "off") == ("onnx" if have_ort else "torch")  # fp32 asked for
+        monkeypatch.setattr(perf_cpu, "cpu_has_avx512", lambda: avx512)
+        onnx = "onnx" if have_ort and avx512 else "torch"  # with AVX2 only, ONNX Runtime is no faster than torch
+        assert resolve_runtime("auto", "cpu", "auto") == (onnx if not has_bf16 else "torch")
+        assert resolve_runtime("auto", "cpu", "off") == onnx  # fp32 asked for
         assert resolve_runtime("auto", "cpu", "bf16") == "torch"
         assert resolve_runtime("auto", "cpu", "off", quantize="int8") == "torch"
         assert resolve_runtime("auto", "cuda", "off") == "torch"
+        assert resolve_runtime("onnx", "cpu", "off") == "onnx"  # asked for by name: on any CPU
+    monkeypatch.setattr(perf_cpu, "cpu_has_avx512", lambda: True)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # not installed: torch, no error
     assert resolve_runtime("auto", "cpu", "off") == "torch"
+
+
+def test_cpu_has_avx512_reads_torchs_capability(monkeypatch):
+    import dpr.perf.cpu as perf_cpu
+
+    for capability, expected in [("AVX512", True), ("AVX512_BF16", True), ("AVX2", False), ("DEFAULT", False)]:
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda c=capability: c)
+        assert perf_cpu.cpu_has_avx512() is expected
 
 
 def test_cli_bad_runtime_is_one_line(tiny_model_dir, tiny_data_dir, tmp_path):

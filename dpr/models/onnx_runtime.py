@@ -41,6 +41,7 @@ from torch import nn
 from dpr.atomic import atomic_path, path_lock
 from dpr.models.biencoder import BiEncoder
 from dpr.models.inference import autocast_dtype
+from dpr.perf import cpu as perf_cpu
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +60,10 @@ def resolve_runtime(runtime: str | None, device: torch.device | str | None = Non
     ``onnx`` runs on the CPU only (no ``device``: the CPU), in fp32 and without int8: asking for it with
     ``quantize=int8`` or bf16/fp16 ``autocast`` is refused here, before any work. ``auto`` is the fastest runtime that keeps the
     quality on this machine: ``onnx`` when the encode would run in fp32 on the CPU (``autocast`` off, or
-    ``auto`` on a CPU without native bf16), no int8 is asked for and onnxruntime is installed (~1.8x torch
-    eager fp32, cosine 1.0000; README "Benchmarks"); otherwise ``torch`` (bf16 autocast where the CPU has
-    it beats ONNX Runtime's fp32, and CUDA is torch's).
+    ``auto`` on a CPU without native bf16), the CPU has AVX-512, no int8 is asked for and onnxruntime is
+    installed (~1.6x torch eager fp32 on a Zen 4 EPYC, cosine 1.0000; README "Benchmarks"); otherwise
+    ``torch`` (bf16 autocast where the CPU has it beats ONNX Runtime's fp32; with AVX2 only, ONNX Runtime
+    measured 0.96x torch's fp32; CUDA is torch's).
     """
     mode = (runtime or "torch").lower()
     if mode not in RUNTIMES:
@@ -69,7 +71,7 @@ def resolve_runtime(runtime: str | None, device: torch.device | str | None = Non
     if mode == "auto":
         target = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
         fp32 = target.type == "cpu" and autocast_dtype("cpu", autocast) is None
-        return "onnx" if fp32 and quantize == "none" and _installed() else "torch"
+        return "onnx" if fp32 and quantize == "none" and perf_cpu.cpu_has_avx512() and _installed() else "torch"
     if mode == "onnx":
         if torch.device(device or "cpu").type != "cpu":
             raise ValueError("runtime=onnx runs on the CPU only (ONNX Runtime's CPUExecutionProvider); give device=cpu")
