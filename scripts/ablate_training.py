@@ -40,6 +40,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
                               ["model.shared=false", "train.frozen_steps=124"]),
     "frozen_tt_lr5e-5": ("frozen_then_two_tower at lr 5e-5 (both phases)",
                          ["model.shared=false", "train.frozen_steps=124", "train.lr=5e-5"]),
+    "frozen_tt_corpus": ("frozen_tt_lr5e-5 (the default) + the whole-corpus term in its two-tower steps",
+                         ["model.shared=false", "train.frozen_steps=124", "train.lr=5e-5", "train.corpus_negatives=true"]),
     "frozen_tt_h0_b64": ("frozen_then_two_tower, no BM25 negative, 64 questions a step (same passages per step)",
                          ["model.shared=false", "train.frozen_steps=124", "train.hard_negatives=0",
                           "train.batch_size=64"]),
