@@ -26,6 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # name -> (what it tests, dpr-train overrides). The baseline is the previous default recipe.
+# The pipeline's recipe, conf/train/pipeline.yaml (run_variant adds its validate_at_start to every run): the
+# variants built on it extend this list, so they cannot drift from it.
+DEFAULT_RECIPE = ["model.shared=false", "train.frozen_steps=124", "train.lr=5e-5"]
+
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "baseline": ("100 two-tower steps x 32, H=1 BM25, no masks (the previous default)", ["train.mask_answers=false"]),
     "masks": ("+ false-negative masks (answer-bearing passages, other positives)", []),
@@ -38,10 +42,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
                         "train.batch_size=64", "loss=lexical_distill"]),
     "frozen_then_two_tower": ("frozen phase (124 x 32), then the 100 two-tower steps (masks)",
                               ["model.shared=false", "train.frozen_steps=124"]),
-    "frozen_tt_lr5e-5": ("frozen_then_two_tower at lr 5e-5 (both phases)",
-                         ["model.shared=false", "train.frozen_steps=124", "train.lr=5e-5"]),
+    "frozen_tt_lr5e-5": ("frozen_then_two_tower at lr 5e-5 (both phases)", DEFAULT_RECIPE),
     "frozen_tt_corpus": ("frozen_tt_lr5e-5 (the default) + the whole-corpus term in its two-tower steps",
-                         ["model.shared=false", "train.frozen_steps=124", "train.lr=5e-5", "train.corpus_negatives=true"]),
+                         [*DEFAULT_RECIPE, "train.corpus_negatives=true"]),
     "frozen_tt_h0_b64": ("frozen_then_two_tower, no BM25 negative, 64 questions a step (same passages per step)",
                          ["model.shared=false", "train.frozen_steps=124", "train.hard_negatives=0",
                           "train.batch_size=64"]),
@@ -49,8 +52,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "multi_positive": ("qrels: every judged positive in the pool is a positive, one drawn per epoch",
                        ["train.multi_positive=true", "train.shuffle_positives=true"]),
     "single_positive": ("qrels: the default recipe with one positive per query (its other judged documents "
-                        "masked, not positives)", ["model.shared=false", "train.frozen_steps=124", "train.lr=5e-5",
-                                                   "train.multi_positive=false"]),
+                        "masked, not positives)", [*DEFAULT_RECIPE, "train.multi_positive=false"]),
     "frozen_lr5e-5": ("frozen index only at lr 5e-5, 124 steps x 64", ["model.shared=false", "train.frozen_steps=124",
                       "train.max_steps=0", "train.epochs=0", "train.batch_size=64", "train.lr=5e-5"]),
     "frozen_single": ("frozen_lr5e-5 with one positive per query (qrels: other judged documents masked)",

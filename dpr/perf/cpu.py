@@ -46,7 +46,6 @@ def cpu_supports_bf16() -> bool:
     return False
 
 
-
 def cpu_has_avx512() -> bool:
     """True when torch's CPU kernels run with AVX-512 here (``torch.backends.cpu.get_cpu_capability()``).
 
