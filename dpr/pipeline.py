@@ -22,6 +22,7 @@ from dpr.data.dataset import DatasetPaths
 from dpr.data.prepare import prepare_dataset
 from dpr.eval.report import evaluate_qa, evaluate_qrels
 from dpr.fusion import fuse_linear, fuse_rrf, tune_linear_weight
+from dpr.index.shards import read_embeddings
 from dpr.model_card import write_model_card
 from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
 from dpr.remine import remine_dataset
@@ -81,10 +82,17 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
             "logger": _plain(cfg.logger), "data_dir": str(cfg.data_dir), "output_dir": str(mdir),
             "seed": cfg.seed, "train_file": str(train_file),
         })
+        # The corpus as the starting weights encoded it (the untrained system's, or the last round's), and
+        # where this round's weights will be exported: training reuses the one and fills the other.
+        start_emb = out / "dense_untrained" / "embeddings" if r == 1 else out / "rounds" / f"round{r - 1}" / "embeddings"
+        export_emb = rdir / "embeddings" if r < rounds else out / "dense" / "embeddings"
+        if r == rounds and cfg.get("until") == "train":
+            export_emb = None  # a dev-only run exports nothing
         stages.run(
-            "train" if rounds == 1 else f"train_round{r}", lambda tc=train_cfg: train(tc),
+            "train" if rounds == 1 else f"train_round{r}",
+            lambda tc=train_cfg, se=start_emb, ee=export_emb: _train_reusing_vectors(cfg, ds, tc, se, ee),
             outputs=[mdir / "biencoder.json", mdir / "passage_encoder"],
-            inputs=[train_file, ds.dev, ds.passages], params=_plain(train_cfg),
+            inputs=[train_file, ds.dev, ds.passages, start_emb], params=_plain(train_cfg),
         )
         if r < rounds:  # the round's own index, to mine the next round's negatives from
             emb, idx = rdir / "embeddings", rdir / "index.faiss"
@@ -93,6 +101,22 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
             stages.run(f"index_round{r}", lambda e=emb, i=idx: faiss_index.build_and_save(e, i, factory="Flat"),
                        outputs=[idx], inputs=[emb], params={"factory": "Flat"})
         prev_model = mdir
+
+
+def _train_reusing_vectors(cfg: DictConfig, ds: DatasetPaths, train_cfg: DictConfig, start_emb: Path,
+                           export_emb: Path | None) -> dict:
+    """``train`` started from the corpus vectors in ``start_emb`` (encoded by the starting weights), its
+    saved weights' corpus vectors stored in ``export_emb`` (None: nowhere) as the export stage would write
+    them (which then skips): two corpus encodings fewer per round (dpr.training.corpus_reuse)."""
+    start = read_embeddings(start_emb) if start_emb.is_dir() else None
+    if export_emb is None:
+        return train(train_cfg, start_vectors=start)
+
+    def on_saved(model_dir: Path, ids: list[str], vectors: torch.Tensor, computed_with: dict) -> None:
+        encode.save_encoded(model_dir, ds.passages, export_emb, ids, vectors.numpy(), computed_with=computed_with,
+                            **_plain(cfg.encode))
+
+    return train(train_cfg, start_vectors=start, on_saved=on_saved)
 
 
 def run_pipeline(cfg: DictConfig) -> dict:

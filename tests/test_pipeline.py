@@ -71,6 +71,7 @@ def test_pipeline_end_to_end_and_skips_up_to_date_stages(tiny_data_dir, tiny_mod
     assert (out / "eval" / "report.md").is_file() and (out / "eval" / "topk.png").is_file()
     _check_hybrid_weight_from_dev(out)
     _check_mined_negatives(root)
+    _check_export_is_the_trainers_vectors(out, root)
     timings = json.loads((out / "timings.json").read_text())
     assert {"bm25_retrieve", "bm25_mine", "train", "dense_encode", "hybrid"} <= set(timings["seconds"])
     assert timings["skipped"] == []
@@ -161,3 +162,20 @@ def test_pipeline_on_qrels_data_reports_qrels_metrics(tiny_model_dir, tmp_path):
     # every query has exactly one relevant passage among 8 and BM25 finds it: recall@100 is 1
     assert report["systems"]["bm25"]["recall@100"] == 1.0
     assert (out / "bm25" / "test.trec").is_file()
+
+
+def _check_export_is_the_trainers_vectors(out: Path, root: Path) -> None:
+    """The trained model's export was stored from training's last validation, not encoded again, and
+    holds what encoding the saved model gives (float16 storage; another batch size)."""
+    import numpy as np
+
+    from dpr.encode import encode_corpus
+    from dpr.index.shards import read_embeddings
+
+    manifest = json.loads((out / "dense" / "embeddings" / "shard_000_of_001.json").read_text())
+    assert manifest["reused_from"] == "training validation"
+    ids, stored = read_embeddings(out / "dense" / "embeddings")
+    fresh_ids, fresh = read_embeddings(encode_corpus(out / "model", root / "passages.tsv", out / "fresh",
+                                                     batch_size=3, progress=False))
+    assert ids == fresh_ids
+    np.testing.assert_allclose(stored, fresh, atol=2e-3)

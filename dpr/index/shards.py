@@ -290,3 +290,11 @@ def write_shard(directory: str | Path, shard_id: int, num_shards: int, vectors: 
             "dtype": str(vectors.dtype), "normalized": False, **manifest}
     commit_shard(files, tmp_vectors, tmp_ids, meta)
     return files
+
+
+def read_embeddings(embeddings_dir: str | Path) -> tuple[list[str], np.ndarray]:
+    """Every id and float32 vector of a complete embeddings directory, in corpus order (small corpora:
+    it all goes to memory; the trainer starts from the untrained model's vectors with it)."""
+    shards = list_shards(embeddings_dir)
+    ids = [pid for shard in shards for pid in shard.ids()]
+    return ids, gather_rows(shards, np.arange(len(ids)))

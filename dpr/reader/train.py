@@ -25,6 +25,7 @@ import torch
 
 from dpr.atomic import write_json_atomic
 from dpr.data.retriever_json import read_retriever_json
+from dpr.perf.malloc import keep_freed_memory
 from dpr.reader.data import collate, prepare_items, reader_loss
 from dpr.reader.model import SETTINGS_KEYS, autocast_context, build_reader, save_reader
 from dpr.training.checkpoint import (load_checkpoint, read_state, resolve_resume, rng_state, save_checkpoint,
@@ -55,6 +56,7 @@ def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: st
     """Train a reader on ``train_path`` (DPR retriever JSON) into ``output_dir``; returns the summary."""
     rcfg = _plain(rcfg)
     tcfg = rcfg["train"]
+    keep_freed_memory()  # no page-fault storm per step on the CPU (dpr/perf/malloc.py)
     train_path, out = Path(train_path), Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     if tcfg.get("cpu_threads", 0) > 0:

@@ -39,6 +39,9 @@ class TrainConfig:
     corpus_refresh_every: int = 0        # re-encode the cached corpus every N steps (0: at start and at validations)
     corpus_max_passages: int = 200_000   # whole corpus as candidates up to this size, else FAISS top-k
     corpus_topk: int = 200
+    # --- partial fine-tuning (dpr/models/freeze.py)
+    passage_frozen_layers: int = 0       # the passage tower's embeddings + first N layers get no gradient
+                                         # (separate towers): its backward stops at layer N, a cheaper step
     # --- re-mining rounds (the pipeline: train, encode, mine with the trained model, train again)
     rounds: int = 1
     remine_negatives: int = 30           # mined negatives kept per question
@@ -84,7 +87,7 @@ class TrainConfig:
         for key in ("batch_size", "grad_accumulation_steps", "log_every", "print_every", "rounds"):
             if int(getattr(tc, key)) < 1:
                 raise ValueError(f"train.{key} must be >= 1, got {getattr(tc, key)}")
-        for key in ("hard_negatives", "frozen_steps", "corpus_refresh_every", "remine_skip_top", "max_steps", "epochs"):
+        for key in ("hard_negatives", "frozen_steps", "passage_frozen_layers", "corpus_refresh_every", "remine_skip_top", "max_steps", "epochs"):
             if int(getattr(tc, key)) < 0:
                 raise ValueError(f"train.{key} must be >= 0, got {getattr(tc, key)}")
         if tc.precision not in ("auto", "fp32", "bf16", "fp16"):

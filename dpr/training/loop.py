@@ -76,6 +76,8 @@ class Trainer:
     logger: MetricsLogger | None = None
     state: TrainState = field(default_factory=TrainState)
     encode_autocast: str = "off"
+    start_vectors: torch.Tensor | None = None  # the corpus encoded by the starting weights (corpus_reuse)
+    best_vectors: torch.Tensor | None = None   # the corpus encoded by the best weights, once validated here
 
     @property
     def main(self) -> bool:
@@ -144,7 +146,10 @@ class Trainer:
 
     def _ensure_corpus(self) -> None:
         if self._needs_corpus(self.state.step) and self.corpus.vectors is None:
-            self.refresh_corpus()
+            if self.state.step == 0 and self.start_vectors is not None:
+                self.corpus.set_vectors(self.start_vectors, 0)
+            else:
+                self.refresh_corpus()
 
     def refresh_corpus(self) -> None:
         mcfg = self.model.config
@@ -162,6 +167,8 @@ class Trainer:
     def validate(self) -> None:
         st = self.state
         known = self.corpus.vectors if self._passages_unchanged() else None
+        if known is None and st.step == 0 and self.start_vectors is not None and self.validator.corpus is not None:
+            known = self.start_vectors
         metrics, corpus_vectors = self.validator(self.model, passage_vectors=known)
         if self.corpus is not None and corpus_vectors is not None:
             self.corpus.set_vectors(corpus_vectors, st.step)  # the current weights' corpus: reuse it
@@ -174,6 +181,7 @@ class Trainer:
         if self.validator.is_better(metric, metrics[metric], st.best_value):
             st.best_value, st.best_step, st.best_metric, st.best_validation = (
                 float(metrics[metric]), st.step, metric, metrics)
+            self.best_vectors = corpus_vectors
             if self.main:
                 ckpt.save_best(self.out, self.model, {"step": st.step, "metric": metric, "value": metrics[metric],
                                                       "validation": metrics})

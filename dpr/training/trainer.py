@@ -27,10 +27,13 @@ from dpr.data.dataset import DatasetPaths
 from dpr.losses import build_loss
 from dpr.model_card import write_model_card
 from dpr.models import load_biencoder, save_biencoder
+from dpr.models.freeze import freeze_bottom_layers
 from dpr.perf.cpu import cpu_supports_bf16
+from dpr.perf.malloc import keep_freed_memory
 from dpr.training import checkpoint as ckpt
 from dpr.training.config import TrainConfig
 from dpr.training.corpus_negatives import CorpusNegatives
+from dpr.training.corpus_reuse import CorpusVectors, OnSaved, check_start_vectors
 from dpr.training.data import TrainBatches, load_examples
 from dpr.training.grad_cache import make_step
 from dpr.training.loop import Trainer, TrainState
@@ -81,20 +84,28 @@ def _total_steps(batches: TrainBatches, tc: TrainConfig) -> int:
     return sum(batches.num_batches(e) // tc.grad_accumulation_steps for e in range(tc.epochs)) + int(tc.frozen_steps)
 
 
-def train(cfg: Mapping[str, Any] | DictConfig, extra_summary: Mapping[str, Any] | None = None) -> dict:
-    """Train a bi-encoder; returns (and writes to ``<output_dir>/train_summary.json``) the run summary."""
+def train(cfg: Mapping[str, Any] | DictConfig, extra_summary: Mapping[str, Any] | None = None, *,
+          start_vectors: CorpusVectors | None = None, on_saved: OnSaved | None = None) -> dict:
+    """Train a bi-encoder; returns (and writes to ``<output_dir>/train_summary.json``) the run summary.
+
+    ``start_vectors``: ``(ids, vectors)`` of the corpus encoded by the starting weights, used instead of
+    encoding it at step 0 (checked; see :mod:`dpr.training.corpus_reuse`); ``on_saved(model_dir, ids,
+    vectors, computed_with=...)`` receives the corpus vectors of the saved weights when this run encoded them.
+    """
     conf = _plain_config(cfg)
     tc = TrainConfig.from_dict(conf.get("train") or {})
+    keep_freed_memory()  # no page-fault storm per step on the CPU (dpr/perf/malloc.py)
     threads = torch.get_num_threads()
     if tc.cpu_threads > 0:
         torch.set_num_threads(tc.cpu_threads)
     try:
-        return _train(conf, tc, extra_summary)
+        return _train(conf, tc, extra_summary, start_vectors, on_saved)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None) -> dict:
+def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
+           start_vectors: CorpusVectors | None, on_saved: OnSaved | None) -> dict:
     wall_start = time.time()
     dist.init_distributed()
     rank, world, main = dist.rank(), dist.world_size(), dist.is_main()
@@ -124,6 +135,13 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
     model, tokenizer = load_biencoder(model_cfg.pop("name"), **model_cfg)
     model.to(device).train()
     mcfg = model.config
+    if tc.passage_frozen_layers:
+        if mcfg.shared:
+            raise ValueError("train.passage_frozen_layers needs separate towers (model.shared=false): "
+                             "in a shared tower it would freeze the question side too")
+        frozen = freeze_bottom_layers(model.passage_encoder, tc.passage_frozen_layers)
+        log.info("passage tower: embeddings and the first %d layers frozen (%d parameters)",
+                 tc.passage_frozen_layers, frozen)
     precision = resolve_precision(tc.precision, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     loss = build_loss(conf.get("loss"))
@@ -193,6 +211,9 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
         total_steps=total, device=device, autocast=_autocast(precision, device), corpus=corpus,
         state=TrainState(fingerprint=fingerprint), encode_autocast=val_autocast,
     )
+    if start_vectors is not None and corpus_texts is not None and resume_dir is None:
+        trainer.start_vectors = check_start_vectors(model, tokenizer, corpus_texts, start_vectors,
+                                                    max_length=mcfg.passage_max_length, autocast=val_autocast)
     if resume_dir is not None:
         trainer.restore(resume_dir)
     else:
@@ -218,6 +239,9 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None)
     info = {"resumed_from": str(resume_dir) if resume_dir else None, **dict(extra_summary or {})}
     summary = _finish(out, model, tokenizer, state, tc, conf, main, precision, world, wall_start, info,
                       resolved=resolved)
+    if main and on_saved is not None and trainer.best_vectors is not None and summary["final_weights"] != "last":
+        on_saved(out, corpus_texts[0], trainer.best_vectors, computed_with={
+            "device": str(device), "autocast": val_autocast, "max_length": mcfg.passage_max_length})
     trainer.logger.summary({"best_step": state.best_step, **summary["final_metrics"]})
     trainer.logger.close()
     dist.barrier()
