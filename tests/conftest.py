@@ -63,6 +63,17 @@ def mirror_dir() -> Path:
     return path
 
 
+@pytest.fixture()
+def one_thread():
+    """Tiny models on a shared 2-core box: one intra-op thread is faster than two oversubscribed ones."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A randomly initialised 2-layer BERT with MiniLM's (BERT uncased) tokenizer, saved in HF format."""

@@ -16,15 +16,11 @@ from dpr.training.corpus_reuse import check_start_vectors
 from dpr.training.metrics_log import read_jsonl
 from dpr.training.trainer import train
 from dpr.training.validation import load_corpus
-from tests.test_trainer import tiny_cfg
+from test_trainer import tiny_cfg
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny models on a shared 2-core box: one intra-op thread (conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _corpus_vectors(model_dir, passages, **kw):

@@ -8,15 +8,11 @@ import torch
 from dpr.models import load_biencoder
 from dpr.models.freeze import freeze_bottom_layers, transformer_layers
 from dpr.training.trainer import train
-from tests.test_trainer import tiny_cfg
+from test_trainer import tiny_cfg
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny models on a shared 2-core box: one intra-op thread (conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _trainable(module) -> set[str]:

@@ -54,12 +54,8 @@ def kill_after_first_checkpoint(cfg: dict, out: Path, timeout: float = 300.0) ->
     return int(ckpt.list_checkpoints(out)[-1].name.split("_")[1])
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny models on a shared 2-core box: one intra-op thread (conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_cfg(model_dir: Path, data_dir: Path, out: Path, **train_kw) -> dict:

@@ -19,13 +19,8 @@ from dpr.training.trainer import TrainConfig, resolve_precision, train
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models on a shared 2-core box: one intra-op thread is faster than two oversubscribed ones."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny models on a shared 2-core box: one intra-op thread (conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_cfg(model_dir: Path, data_dir: Path, out: Path, **train_kw) -> dict:

@@ -11,12 +11,8 @@ from dpr.training.metrics_log import MetricsLogger, read_jsonl
 from dpr.training.trainer import train
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny models on a shared 2-core box: one intra-op thread (conftest.one_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_wandb_offline_run_without_key(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
