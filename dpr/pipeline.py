@@ -84,7 +84,7 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
         })
         # The corpus as the starting weights encoded it (the untrained system's, or the last round's), and
         # where this round's weights will be exported: training reuses the one and fills the other.
-        start_emb = out / "dense_untrained" / "embeddings" if r == 1 else out / "rounds" / f"round{r - 1}" / "embeddings"
+        start_emb = out / ("dense_untrained" if r == 1 else f"rounds/round{r - 1}") / "embeddings"
         export_emb = rdir / "embeddings" if r < rounds else out / "dense" / "embeddings"
         if r == rounds and cfg.get("until") == "train":
             export_emb = None  # a dev-only run exports nothing

@@ -68,3 +68,10 @@ def test_shared_towers_are_refused(tiny_model_dir, tiny_data_dir, tmp_path):
     cfg["model"]["shared"] = True
     with pytest.raises(ValueError, match="passage_frozen_layers needs separate towers"):
         train(cfg)
+
+
+def test_negative_layer_count_is_refused():
+    from dpr.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match="train.passage_frozen_layers must be >= 0, got -1"):
+        TrainConfig.from_dict({"passage_frozen_layers": -1})

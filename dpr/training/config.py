@@ -87,7 +87,8 @@ class TrainConfig:
         for key in ("batch_size", "grad_accumulation_steps", "log_every", "print_every", "rounds"):
             if int(getattr(tc, key)) < 1:
                 raise ValueError(f"train.{key} must be >= 1, got {getattr(tc, key)}")
-        for key in ("hard_negatives", "frozen_steps", "passage_frozen_layers", "corpus_refresh_every", "remine_skip_top", "max_steps", "epochs"):
+        for key in ("hard_negatives", "frozen_steps", "passage_frozen_layers", "corpus_refresh_every",
+                    "remine_skip_top", "max_steps", "epochs"):
             if int(getattr(tc, key)) < 0:
                 raise ValueError(f"train.{key} must be >= 0, got {getattr(tc, key)}")
         if tc.precision not in ("auto", "fp32", "bf16", "fp16"):
