@@ -73,7 +73,7 @@ def test_missing_cross_check_library_fails_under_ci(tmp_path):
 def test_ci_script_runs_the_readme_command_with_ci_true():
     ci = (REPO / ".ci" / "run").read_text()
     readme = (REPO / "README.md").read_text()
-    command = "DPR_DATA_MIRROR=../shared/data .venv/bin/python -m pytest -q tests"
+    command = "DPR_DATA_MIRROR=../shared/data .venv/bin/python -m pytest -q -n 2 --dist loadfile tests"
     assert command in readme
     assert any(line.strip() == command for line in ci.splitlines())
     assert "export CI=true" in ci
