@@ -250,7 +250,7 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
                  vectors: np.ndarray, *, computed_with: dict, num_shards: int = 1, batch_size: int = 64,
                  dtype: str = "float16", autocast: str | None = "auto", quantize: str | None = "auto",
                  runtime: str | None = "auto", device: str | None = None, max_length: int | None = None,
-                 cache_dir: str | Path | None = None, **_: Any) -> bool:
+                 cache_dir: str | Path | None = None) -> bool:
     """Store corpus vectors computed elsewhere (the trainer's validation of the weights it saved) as the
     finished shard that ``encode_corpus`` with the same arguments would write, so that call then skips
     the encoding (~2 minutes per 3,500 passages on 2 CPU cores). Returns whether it wrote.
@@ -261,6 +261,8 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
     else returns False and ``encode_corpus`` encodes as usual (batch order may differ: the same model and
     precision up to float rounding).
     """
+    import torch
+
     from dpr.data.passages import load_passages
     from dpr.distributed import device as default_device
     from dpr.index.shards import write_shard
@@ -269,6 +271,8 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
     from dpr.models.onnx_runtime import resolve_runtime
     from dpr.models.quantize import resolve_quantize
 
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     quantize = resolve_quantize(quantize)
     runtime = resolve_runtime(runtime, device, autocast, quantize)
     dev = device or str(default_device())
@@ -277,14 +281,12 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
     why = None
     if num_shards != 1 or runtime != "torch" or quantize != "none":
         why = f"num_shards={num_shards}, runtime={runtime}, quantize={quantize}"
-    elif _device_type(dev) != _device_type(computed_with["device"]) or \
+    elif torch.device(dev).type != torch.device(computed_with["device"]).type or \
             autocast_dtype(dev, autocast) != autocast_dtype(computed_with["device"], computed_with["autocast"]):
         why = f"encode on {dev} with autocast {autocast}, vectors from {computed_with['device']} with " \
               f"{computed_with['autocast']}"
     elif want_length != computed_with["max_length"]:
         why = f"max_length {want_length} != {computed_with['max_length']}"
-    elif dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     else:
         file_ids = list(load_passages(Path(passages_path), cache_dir=cache_dir)["id"])
         if file_ids != list(ids):
@@ -305,7 +307,3 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
                 reused_from="training validation")
     log.info("stored %d corpus vectors from training as %s (no re-encoding)", len(ids), out)
     return True
-
-
-def _device_type(device: Any) -> str:
-    return str(device).split(":")[0]

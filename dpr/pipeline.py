@@ -22,7 +22,6 @@ from dpr.data.dataset import DatasetPaths
 from dpr.data.prepare import prepare_dataset
 from dpr.eval.report import evaluate_qa, evaluate_qrels
 from dpr.fusion import fuse_linear, fuse_rrf, tune_linear_weight
-from dpr.index.shards import read_embeddings
 from dpr.model_card import write_model_card
 from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
 from dpr.remine import remine_dataset
@@ -108,7 +107,7 @@ def _train_reusing_vectors(cfg: DictConfig, ds: DatasetPaths, train_cfg: DictCon
     """``train`` started from the corpus vectors in ``start_emb`` (encoded by the starting weights), its
     saved weights' corpus vectors stored in ``export_emb`` (None: nowhere) as the export stage would write
     them (which then skips): two corpus encodings fewer per round (dpr.training.corpus_reuse)."""
-    start = read_embeddings(start_emb) if start_emb.is_dir() else None
+    start = start_emb if start_emb.is_dir() else None  # read by the trainer, only when it uses it
     if export_emb is None:
         return train(train_cfg, start_vectors=start)
 

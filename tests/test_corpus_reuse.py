@@ -90,3 +90,12 @@ def test_saved_vectors_make_encode_skip_and_read_back_as_encoded(tiny_model_dir,
     m2 = json.loads((tmp_path / "e2" / "shard_000_of_001.json").read_text())
     assert {k: v for k, v in m1.items() if k not in ("seconds", "passages_per_second", "reused_from")} == \
         {k: v for k, v in m2.items() if k not in ("seconds", "passages_per_second")}
+
+
+def test_start_vectors_from_a_directory_of_other_weights_name_it(tiny_model_dir, tiny_data_dir, tmp_path):
+    trained = tmp_path / "trained"
+    train(tiny_cfg(tiny_model_dir, tiny_data_dir, trained, max_steps=4, lr=1e-2, validate=False))
+    emb = encode_corpus(trained, tiny_data_dir / "tiny" / "passages.tsv", tmp_path / "emb", progress=False)
+    with pytest.raises(ValueError, match=f"{emb}: the first 8 passages' vectors differ .* encoded by other weights"):
+        train(tiny_cfg(tiny_model_dir, tiny_data_dir, tmp_path / "run", max_steps=1, frozen_steps=1,
+                       validate_at_start=True), start_vectors=emb)

@@ -14,6 +14,7 @@ The arithmetic is untouched (same numbers); the cost is that the process keeps i
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import sys
@@ -23,9 +24,6 @@ log = logging.getLogger(__name__)
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
 TRIM_THRESHOLD = 2**31 - 1  # bytes free at the heap's top before glibc returns them (an int's maximum)
-
-_state: dict[str, bool] = {}
-
 
 def _glibc():
     if not sys.platform.startswith("linux"):
@@ -37,10 +35,9 @@ def _glibc():
     return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt") else None
 
 
+@functools.cache
 def keep_freed_memory() -> bool:
     """Apply the settings above once per process; True when they are in effect."""
-    if "applied" in _state:
-        return _state["applied"]
     applied = False
     if os.environ.get("DPR_MALLOC_TUNING", "1").strip().lower() not in ("0", "false", "off", "no"):
         libc = _glibc()
@@ -49,5 +46,4 @@ def keep_freed_memory() -> bool:
             applied = libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
             if applied:
                 log.info("glibc malloc: big blocks from the heap, freed memory kept (DPR_MALLOC_TUNING=0: off)")
-    _state["applied"] = applied
     return applied

@@ -21,8 +21,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-# (ids, vectors [N, D]) of a corpus
-CorpusVectors = tuple[Sequence[str], Any]
+# (ids, vectors [N, D]) of a corpus, or an embeddings directory holding them (read only when used)
+CorpusVectors = tuple[Sequence[str], Any] | str | Path
 # on_saved(model_dir, ids, vectors, computed_with={"device", "autocast", "max_length"})
 OnSaved = Callable[..., Any]
 
@@ -34,9 +34,14 @@ TOLERANCE = 2e-2    # max |difference| per component: float16 storage rounds by 
 def check_start_vectors(model, tokenizer, corpus: tuple[list[str], list[str], list[str]], given: CorpusVectors,
                         *, max_length: int, autocast: str, source: str | Path = "start_vectors") -> torch.Tensor:
     """``given`` as a float32 tensor in the corpus's row order, once it is shown to be this model's
-    encoding of ``corpus`` (``(ids, texts, titles)``); a ValueError naming ``source`` otherwise."""
+    encoding of ``corpus`` (``(ids, texts, titles)``); a ValueError naming ``source`` otherwise (a
+    directory ``given`` is read here and names itself)."""
     from dpr.models.inference import encode_texts
 
+    if isinstance(given, (str, Path)):
+        from dpr.index.shards import read_embeddings
+
+        source, given = given, read_embeddings(given)
     ids, vectors = list(given[0]), torch.as_tensor(np.asarray(given[1], dtype=np.float32))
     if ids != list(corpus[0]):
         raise ValueError(f"{source}: {len(ids)} vector ids that are not the corpus's {len(corpus[0])} passage ids "

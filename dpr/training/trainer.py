@@ -88,8 +88,9 @@ def train(cfg: Mapping[str, Any] | DictConfig, extra_summary: Mapping[str, Any] 
           start_vectors: CorpusVectors | None = None, on_saved: OnSaved | None = None) -> dict:
     """Train a bi-encoder; returns (and writes to ``<output_dir>/train_summary.json``) the run summary.
 
-    ``start_vectors``: ``(ids, vectors)`` of the corpus encoded by the starting weights, used instead of
-    encoding it at step 0 (checked; see :mod:`dpr.training.corpus_reuse`); ``on_saved(model_dir, ids,
+    ``start_vectors``: ``(ids, vectors)``, or an embeddings directory, of the corpus encoded by the starting
+    weights, used instead of encoding it at step 0 (read only then, and checked; see
+    :mod:`dpr.training.corpus_reuse`); ``on_saved(model_dir, ids,
     vectors, computed_with=...)`` receives the corpus vectors of the saved weights when this run encoded them.
     """
     conf = _plain_config(cfg)
