@@ -26,11 +26,13 @@ REPO = Path(__file__).resolve().parents[1]
 SYSTEMS = {"ours": "1", "glibc-default": "0"}  # system -> DPR_MALLOC_TUNING
 
 
-def run_once(setting: str, out: Path, args: argparse.Namespace) -> dict:
+def run_once(setting: str, out: Path, args: argparse.Namespace, overrides: tuple[str, ...] = ()) -> dict:
+    """One ``dpr-train`` process of ``--steps`` two-tower steps with ``DPR_MALLOC_TUNING=setting`` (and
+    ``overrides``): its per-step seconds, median (first step left out), last loss and peak RSS."""
     cmd = [str(Path(sys.executable).parent / "dpr-train"), f"data={args.data}", f"data_dir={args.data_dir}",
            "train=pipeline", "train.frozen_steps=0", f"train.max_steps={args.steps}", "train.validate=false",
            "train.validate_at_start=false", "train.save_every=0", f"train.batch_size={args.batch_size}",
-           f"train.precision={args.precision}", f"output_dir={out}", *args.extra]
+           f"train.precision={args.precision}", f"output_dir={out}", *args.extra, *overrides]
     env = {**os.environ, "DPR_MALLOC_TUNING": setting, "WANDB_MODE": "disabled"}
     out.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{out.name}.log"

@@ -32,6 +32,7 @@ PER_Q = 2
 MODEL_KW = dict(projection_dim=8, similarity="cosine", temperature=0.1)
 # Each loss runs through the same steps; hinge is the non-default one whose equalities must hold too.
 LOSSES = {"softmax_nll": {"_target_": "dpr.losses.SoftmaxNLLLoss"},
+          "symmetric_nll": {"_target_": "dpr.losses.SymmetricSoftmaxNLLLoss", "passage_weight": 0.7},
           "hinge": {"_target_": "dpr.losses.HingeLoss", "margin": 0.5}}
 
 

@@ -80,3 +80,16 @@ def test_bench_malloc_json(tiny_model_dir, tiny_data_dir, tmp_path):
     assert {r["system"] for r in rep["rows"]} == {"ours", "glibc-default"}
     assert rep["same_loss"]  # the tuning changes no number
     assert rep["ratio"]["best"] > 0 and all(r["maxrss_gb"] > 0 and r["per_s"] > 0 for r in rep["rows"])
+
+
+def test_bench_length_buckets_json(tiny_model_dir, tiny_data_dir, tmp_path):
+    out = tmp_path / "buckets.json"
+    rep = _script("bench_length_buckets").main([
+        "--data-dir", str(tiny_data_dir), "--steps", "2", "--batch-size", "4", "--rounds", "1", "--json", str(out),
+        "--extra", "data.name=tiny", "data.kind=qa", f"model.name={tiny_model_dir}", "model.pooling=mean",
+        "model.passage_max_length=64", "train.lr=1e-3"])
+    assert json.loads(out.read_text()) == rep
+    assert {r["system"]: r["bucket_size"] for r in rep["rows"]} == {"ours": 8, "ours-buckets16": 16,
+                                                                   "one-padded-forward": 0}
+    assert "buckets16" in rep["ratio_levers"]
+    assert rep["ratio"]["best"] > 0 and all(r["maxrss_gb"] > 0 and r["per_s"] > 0 for r in rep["rows"])

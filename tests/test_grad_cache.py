@@ -9,6 +9,7 @@ import torch
 
 from dpr.losses import HingeLoss, PairMasks, SoftmaxNLLLoss
 from dpr.models import BiEncoderConfig, build_biencoder
+from dpr.models.length_buckets import length_order, restore_order
 from dpr.training import grad_cache
 from dpr.training.grad_cache import grad_cache_step, make_step, split_inputs, standard_step
 
@@ -80,15 +81,18 @@ def test_one_chunk_with_dropout_equals_standard_step(tiny_model_dir):
 
 
 def chunked_reference(model, q, p, loss_fn, chunk_size):
-    """Forward with graphs in the gradient cache's chunk order (same dropout draws), one backward."""
-    qc, pc = split_inputs(q, chunk_size), split_inputs(p, chunk_size)
+    """Forward with graphs in the gradient cache's chunk order (rows longest first, same dropout draws),
+    the loss on the batch's order, one backward."""
+    q_order, p_order = length_order(q["attention_mask"]), length_order(p["attention_mask"])
+    qc = split_inputs({k: v[q_order] for k, v in q.items()}, chunk_size)
+    pc = split_inputs({k: v[p_order] for k, v in p.items()}, chunk_size)
     qs, ps = [], []
     for c in qc[:-1]:
         qs.append(model(c, None)[0])
     for c in pc[:-1]:
         ps.append(model(None, c)[1])
     ql, pl = model(qc[-1], pc[-1])
-    out = loss_fn(torch.cat(qs + [ql]), torch.cat(ps + [pl]))
+    out = loss_fn(restore_order(torch.cat(qs + [ql]), q_order), restore_order(torch.cat(ps + [pl]), p_order))
     out.loss.backward()
     return out
 

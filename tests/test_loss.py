@@ -183,3 +183,46 @@ def test_lexical_distill_matches_hand_computation():
     assert LexicalDistillLoss(0.0)(torch.tensor(Q), torch.tensor(P), m, dot).loss.item() == pytest.approx(plain)
     with pytest.raises(ValueError, match="teacher"):
         LexicalDistillLoss()(torch.tensor(Q), torch.tensor(P), masks([[0], [2]]), dot)
+
+
+def column(scores: list[list[float]], j: int) -> list[float]:
+    return [row[j] for row in scores]
+
+
+def test_symmetric_nll_matches_hand_computation():
+    from dpr.losses import SymmetricSoftmaxNLLLoss
+
+    scores = hand_scores()
+    # q0: positives 0 and 3, candidate 1 masked; q1: positive 2, candidate 0 masked.
+    # Reverse: column 0 is q0's (q1 ignores it: q1 leaves its denominator), column 3 q0's, column 2 q1's.
+    m = masks([[0, 3], [2]], [[1], [0]])
+    rev = {0: hand_nll(column(scores, 0), {0}, {1}), 3: hand_nll(column(scores, 3), {0}),
+           2: hand_nll(column(scores, 2), {1})}
+    w = 0.5
+    expected = (hand_nll(scores[0], {0, 3}, {1}) + w * (rev[0] + rev[3]) / 2
+                + hand_nll(scores[1], {2}, {0}) + w * rev[2]) / 2
+    out = SymmetricSoftmaxNLLLoss(w)(torch.tensor(Q), torch.tensor(P), m, dot)
+    assert out.loss.item() == pytest.approx(expected, rel=1e-6)
+    assert out.masked == 2 and out.accuracy == 1.0
+    # weight 0, or candidates that are not the batch's passages (gather=False): the forward NLL alone
+    plain = SoftmaxNLLLoss()(torch.tensor(Q), torch.tensor(P), m, dot).loss.item()
+    assert SymmetricSoftmaxNLLLoss(0.0)(torch.tensor(Q), torch.tensor(P), m, dot).loss.item() == pytest.approx(plain)
+    assert SymmetricSoftmaxNLLLoss(w)(torch.tensor(Q), torch.tensor(P), m, dot, gather=False).loss.item() == \
+        pytest.approx(plain)
+    with pytest.raises(ValueError, match="passage_weight"):
+        SymmetricSoftmaxNLLLoss(-1.0)
+
+
+def test_symmetric_nll_reaches_the_questions_through_the_reverse_term():
+    """Gradients differ from the forward NLL's only through the reverse term (a negative control: with
+    weight 0 they are equal)."""
+    from dpr.losses import SymmetricSoftmaxNLLLoss
+
+    def q_grad(loss):
+        q = torch.tensor(Q, requires_grad=True)
+        loss(q, torch.tensor(P), masks([[0], [2]]), dot).loss.backward()
+        return q.grad
+
+    plain = q_grad(SoftmaxNLLLoss())
+    assert torch.allclose(q_grad(SymmetricSoftmaxNLLLoss(0.0)), plain)
+    assert not torch.allclose(q_grad(SymmetricSoftmaxNLLLoss(1.0)), plain)

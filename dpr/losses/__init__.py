@@ -12,8 +12,10 @@ from dpr.losses.base import LossOutput, PairMasks, gather_passages, loss_output,
 from dpr.losses.hinge import HingeLoss
 from dpr.losses.lexical_distill import LexicalDistillLoss
 from dpr.losses.softmax_nll import SoftmaxNLLLoss, masked_softmax_nll
+from dpr.losses.symmetric_nll import SymmetricSoftmaxNLLLoss
 
-__all__ = ["LossOutput", "PairMasks", "SoftmaxNLLLoss", "HingeLoss", "LexicalDistillLoss", "build_loss", "gather_passages",
+__all__ = ["LossOutput", "PairMasks", "SoftmaxNLLLoss", "HingeLoss", "LexicalDistillLoss", "SymmetricSoftmaxNLLLoss",
+           "build_loss", "gather_passages",
            "masked_softmax_nll", "rank_stats", "score_pool", "loss_output"]
 
 

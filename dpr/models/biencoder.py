@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dpr.config import strict_from_dict
+from dpr.models.length_buckets import encode_bucketed
 from dpr.models.pooling import POOLING_MODES, pool
 
 SIMILARITIES = ("dot", "cosine")
@@ -178,15 +179,18 @@ class BiEncoder(nn.Module):
         return (q @ p.transpose(0, 1)) / self.config.temperature
 
     def forward(
-        self, q_inputs: Mapping[str, torch.Tensor] | None = None, p_inputs: Mapping[str, torch.Tensor] | None = None
+        self, q_inputs: Mapping[str, torch.Tensor] | None = None, p_inputs: Mapping[str, torch.Tensor] | None = None,
+        bucket_size: int = 0,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Encode either or both batches (dicts of tokenizer outputs; extra keys are ignored).
 
         One ``forward`` for both towers so a DistributedDataParallel wrapper sees every parameter
         used in a single call; either side may be None (the gradient cache encodes chunks).
+        ``bucket_size > 0`` encodes each side in length-sorted buckets of that many rows
+        (:func:`dpr.models.length_buckets.encode_bucketed`: same vectors, fewer padded tokens).
         """
-        q = self.encode_questions(**_select(q_inputs)) if q_inputs is not None else None
-        p = self.encode_passages(**_select(p_inputs)) if p_inputs is not None else None
+        q = encode_bucketed(self.encode_questions, _select(q_inputs), bucket_size) if q_inputs is not None else None
+        p = encode_bucketed(self.encode_passages, _select(p_inputs), bucket_size) if p_inputs is not None else None
         return q, p
 
 

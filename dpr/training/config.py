@@ -59,6 +59,8 @@ class TrainConfig:
     max_grad_norm: float = 2.0           # DPR's clipping; <= 0: off
     grad_accumulation_steps: int = 1     # averages gradients over micro-batches; adds NO negatives
     grad_cache_chunk_size: int = 0       # > 0: gradient cache: the same batch and gradients in chunks
+    length_bucket_size: int = 8          # > 0: two-tower steps encode length-sorted buckets of N texts, each padded
+                                         # only to its own longest (same vectors, ~0.63x the tokens on squad1_open)
     precision: str = "auto"              # auto | fp32 | bf16 | fp16 (fp16: CUDA only, with loss scaling)
     deterministic: bool = False          # torch deterministic kernels on GPU (CPU runs are deterministic already)
     cpu_threads: int = 0                 # > 0: torch threads for the run (0: torch's default)
@@ -88,7 +90,7 @@ class TrainConfig:
             if int(getattr(tc, key)) < 1:
                 raise ValueError(f"train.{key} must be >= 1, got {getattr(tc, key)}")
         for key in ("hard_negatives", "frozen_steps", "passage_frozen_layers", "corpus_refresh_every",
-                    "remine_skip_top", "max_steps", "epochs"):
+                    "remine_skip_top", "max_steps", "epochs", "length_bucket_size"):
             if int(getattr(tc, key)) < 0:
                 raise ValueError(f"train.{key} must be >= 0, got {getattr(tc, key)}")
         if tc.precision not in ("auto", "fp32", "bf16", "fp16"):

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from dpr.losses import LossOutput
+from dpr.models.length_buckets import length_order, restore_order, trim_padding
 
 Inputs = Mapping[str, torch.Tensor]
 AutocastCtx = Callable[[], ContextManager] | ContextManager | None
@@ -54,11 +55,15 @@ def _no_sync(model: nn.Module) -> ContextManager:
 
 def standard_step(
     model: nn.Module, q_inputs: Inputs, p_inputs: Inputs, loss_fn: Callable[[torch.Tensor, torch.Tensor], LossOutput],
-    autocast_ctx: AutocastCtx = None,
+    autocast_ctx: AutocastCtx = None, bucket_size: int = 0,
 ) -> LossOutput:
-    """Encode the whole batch with graphs, compute the loss (in fp32) and backpropagate it."""
+    """Encode the whole batch with graphs, compute the loss (in fp32) and backpropagate it.
+
+    ``bucket_size > 0``: each tower encodes its texts in length-sorted buckets of that many rows, inside
+    the one forward (:mod:`dpr.models.length_buckets`: the same vectors, far fewer padded tokens).
+    """
     with _autocast(autocast_ctx):
-        q, p = model(q_inputs, p_inputs)
+        q, p = model(q_inputs, p_inputs, bucket_size=bucket_size) if bucket_size > 0 else model(q_inputs, p_inputs)
     out = loss_fn(q.float(), p.float())
     out.loss.backward()
     return dataclasses.replace(out, loss=out.loss.detach())
@@ -74,19 +79,8 @@ def split_inputs(inputs: Inputs, chunk_size: int) -> list[dict[str, torch.Tensor
     if "input_ids" not in tensors:
         raise ValueError("inputs need an 'input_ids' tensor")
     n = tensors["input_ids"].shape[0]
-    chunks = []
-    for start in range(0, n, chunk_size):
-        chunk = {k: v[start : start + chunk_size] for k, v in tensors.items()}
-        mask = chunk.get("attention_mask")
-        if mask is not None and mask.dim() == 2:
-            used = mask.bool().any(dim=0).nonzero()
-            if used.numel():
-                lo, hi = int(used[0]), int(used[-1]) + 1
-                width = mask.shape[1]
-                if (lo, hi) != (0, width):
-                    chunk = {k: v[:, lo:hi] if v.dim() == 2 and v.shape[1] == width else v for k, v in chunk.items()}
-        chunks.append(chunk)
-    return chunks
+    return [trim_padding({k: v[start : start + chunk_size] for k, v in tensors.items()})
+            for start in range(0, n, chunk_size)]
 
 
 @dataclasses.dataclass
@@ -133,8 +127,11 @@ def grad_cache_step(
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    q_chunks = split_inputs(q_inputs, chunk_size)
-    p_chunks = split_inputs(p_inputs, chunk_size)
+    # Rows go into chunks longest first, so each chunk pads to lengths close to its own (the loss sees
+    # the batch's order again below); one chunk keeps the batch's order (and its dropout masks).
+    q_order, p_order = _chunk_order(q_inputs, chunk_size), _chunk_order(p_inputs, chunk_size)
+    q_chunks = split_inputs(_rows(q_inputs, q_order), chunk_size)
+    p_chunks = split_inputs(_rows(p_inputs, p_order), chunk_size)
     if not q_chunks or not p_chunks:
         raise ValueError("grad_cache_step needs at least one question and one passage")
     # Each job is one forward; the last pairs the final question and passage chunks (see module doc).
@@ -158,9 +155,9 @@ def grad_cache_step(
                 p_reps.append(p.float())
 
     # The loss over the full batch, differentiated only down to the representations.
-    q_all = torch.cat(q_reps).requires_grad_(True)
+    q_all = torch.cat(q_reps).requires_grad_(True)  # chunk order; the loss gets the batch's order
     p_all = torch.cat(p_reps).requires_grad_(True)
-    out = loss_fn(q_all, p_all)
+    out = loss_fn(_unsort(q_all, q_order), _unsort(p_all, p_order))
     out.loss.backward()
     q_grads = list(q_all.grad.split([r.shape[0] for r in q_reps]))
     p_grads = list(p_all.grad.split([r.shape[0] for r in p_reps]))
@@ -182,10 +179,37 @@ def grad_cache_step(
     return dataclasses.replace(out, loss=out.loss.detach())
 
 
-def make_step(chunk_size: int | None) -> Callable[..., LossOutput]:
-    """``standard_step`` when ``chunk_size`` is falsy, else ``grad_cache_step`` with that chunk size."""
+def _chunk_order(inputs: Inputs, chunk_size: int) -> torch.Tensor | None:
+    """Rows longest first when there is more than one chunk and a mask to sort by, else None (as given)."""
+    mask = inputs.get("attention_mask")
+    if mask is None or inputs["input_ids"].shape[0] <= chunk_size:
+        return None
+    return length_order(mask).to(mask.device)
+
+
+def _rows(inputs: Inputs, order: torch.Tensor | None) -> Inputs:
+    if order is None:
+        return inputs
+    return {k: v[order] if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def _unsort(reps: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
+    """``reps`` in chunk order -> the batch's order (differentiable, so the cache's gradients come back sorted)."""
+    return reps if order is None else restore_order(reps, order)
+
+
+def make_step(chunk_size: int | None, bucket_size: int = 0) -> Callable[..., LossOutput]:
+    """``standard_step`` (length buckets of ``bucket_size`` rows) when ``chunk_size`` is falsy, else
+    ``grad_cache_step`` with that chunk size (its chunks already pad only to their own longest)."""
     if not chunk_size:
-        return standard_step
+        if bucket_size <= 0:
+            return standard_step
+
+        def bucketed(model: nn.Module, q_inputs: Inputs, p_inputs: Inputs, loss_fn: Any,
+                     autocast_ctx: AutocastCtx = None):
+            return standard_step(model, q_inputs, p_inputs, loss_fn, autocast_ctx, bucket_size)
+
+        return bucketed
 
     def step(model: nn.Module, q_inputs: Inputs, p_inputs: Inputs, loss_fn: Any, autocast_ctx: AutocastCtx = None):
         return grad_cache_step(model, q_inputs, p_inputs, loss_fn, chunk_size, autocast_ctx)

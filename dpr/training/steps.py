@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from dpr.losses import LossOutput, gather_passages
+from dpr.losses import LossOutput
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.data import Batch
 from dpr.training.grad_cache import AutocastCtx, Inputs, _autocast
@@ -32,7 +32,7 @@ def bind_loss(loss, similarity, batch: Batch, *, corpus: CorpusNegatives | None,
             cands = corpus.extra(q, batch.questions)
             res = loss(q, cands.vectors.to(q.device), cands.masks, similarity, gather=False)
         else:
-            res = loss(q, gather_passages(p, gather=True), batch.masks, similarity, gather=False)
+            res = loss(q, p, batch.masks, similarity, gather=True)  # the loss gathers every rank's passages
             if corpus is not None:
                 # A second term against the cached corpus, its targets the cached copies of the positives.
                 # Appending cached rows to the fresh in-batch pool instead lets the question tower learn

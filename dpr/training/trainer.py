@@ -207,7 +207,8 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
         train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                               broadcast_buffers=False, find_unused_parameters=unused)
     trainer = Trainer(
-        model=model, train_model=train_model, tokenizer=tokenizer, loss=loss, step_fn=make_step(tc.grad_cache_chunk_size),
+        model=model, train_model=train_model, tokenizer=tokenizer, loss=loss,
+        step_fn=make_step(tc.grad_cache_chunk_size, tc.length_bucket_size),
         batches=batches, validator=validator, optimizer=optimizer, scheduler=scheduler, scaler=scaler, tc=tc, out=out,
         total_steps=total, device=device, autocast=_autocast(precision, device), corpus=corpus,
         state=TrainState(fingerprint=fingerprint), encode_autocast=val_autocast,
