@@ -14,28 +14,18 @@ the losses differ in the last digits only through rounding and dropout masks dra
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
 from pathlib import Path
 
-from bench_malloc import REPO, run_once
+from bench_malloc import parse_args, run_once
 
 SYSTEMS = {"ours": 8, "ours-buckets16": 16, "one-padded-forward": 0}  # system -> length_bucket_size
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="squad1_open")
-    ap.add_argument("--data-dir", default=str(REPO / "data" / "prepared"))
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=2, help="runs per system, alternating")
-    ap.add_argument("--precision", default="fp32")
-    ap.add_argument("--extra", nargs="*", default=[], help="more dpr-train overrides (tests: a tiny model)")
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
+    args = parse_args(__doc__, argv)
 
     from dpr.perf.report import bench_report, row
 

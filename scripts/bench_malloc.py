@@ -26,6 +26,20 @@ REPO = Path(__file__).resolve().parents[1]
 SYSTEMS = {"ours": "1", "glibc-default": "0"}  # system -> DPR_MALLOC_TUNING
 
 
+def parse_args(doc: str, argv: list[str] | None) -> argparse.Namespace:
+    """The options of a bench of ``dpr-train`` processes (this one and ``bench_length_buckets.py``)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--data", default="squad1_open")
+    ap.add_argument("--data-dir", default=str(REPO / "data" / "prepared"))
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=2, help="runs per system, alternating")
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--extra", nargs="*", default=[], help="more dpr-train overrides (tests: a tiny model)")
+    ap.add_argument("--json", type=Path, default=None)
+    return ap.parse_args(argv)
+
+
 def run_once(setting: str, out: Path, args: argparse.Namespace, overrides: tuple[str, ...] = ()) -> dict:
     """One ``dpr-train`` process of ``--steps`` two-tower steps with ``DPR_MALLOC_TUNING=setting`` (and
     ``overrides``): its per-step seconds, median (first step left out), last loss and peak RSS."""
@@ -49,16 +63,7 @@ def run_once(setting: str, out: Path, args: argparse.Namespace, overrides: tuple
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="squad1_open")
-    ap.add_argument("--data-dir", default=str(REPO / "data" / "prepared"))
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=2, help="runs per system, alternating")
-    ap.add_argument("--precision", default="fp32")
-    ap.add_argument("--extra", nargs="*", default=[], help="more dpr-train overrides (tests: a tiny model)")
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
+    args = parse_args(__doc__, argv)
 
     from dpr.perf.report import bench_report, row
 

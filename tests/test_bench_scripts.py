@@ -70,26 +70,25 @@ def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     _check(json.loads(out.read_text()), {"fp32"})
 
 
-def test_bench_malloc_json(tiny_model_dir, tiny_data_dir, tmp_path):
-    out = tmp_path / "malloc.json"
-    rep = _script("bench_malloc").main([
+def _train_bench(name: str, tiny_model_dir, tiny_data_dir, out) -> dict:
+    """A bench of dpr-train processes on the tiny model and data, one round of 2 steps; its JSON must be its return."""
+    rep = _script(name).main([
         "--data-dir", str(tiny_data_dir), "--steps", "2", "--batch-size", "4", "--rounds", "1", "--json", str(out),
         "--extra", "data.name=tiny", "data.kind=qa", f"model.name={tiny_model_dir}", "model.pooling=mean",
         "model.passage_max_length=64", "train.lr=1e-3"])
     assert json.loads(out.read_text()) == rep
+    assert rep["ratio"]["best"] > 0 and all(r["maxrss_gb"] > 0 and r["per_s"] > 0 for r in rep["rows"])
+    return rep
+
+
+def test_bench_malloc_json(tiny_model_dir, tiny_data_dir, tmp_path):
+    rep = _train_bench("bench_malloc", tiny_model_dir, tiny_data_dir, tmp_path / "malloc.json")
     assert {r["system"] for r in rep["rows"]} == {"ours", "glibc-default"}
     assert rep["same_loss"]  # the tuning changes no number
-    assert rep["ratio"]["best"] > 0 and all(r["maxrss_gb"] > 0 and r["per_s"] > 0 for r in rep["rows"])
 
 
 def test_bench_length_buckets_json(tiny_model_dir, tiny_data_dir, tmp_path):
-    out = tmp_path / "buckets.json"
-    rep = _script("bench_length_buckets").main([
-        "--data-dir", str(tiny_data_dir), "--steps", "2", "--batch-size", "4", "--rounds", "1", "--json", str(out),
-        "--extra", "data.name=tiny", "data.kind=qa", f"model.name={tiny_model_dir}", "model.pooling=mean",
-        "model.passage_max_length=64", "train.lr=1e-3"])
-    assert json.loads(out.read_text()) == rep
+    rep = _train_bench("bench_length_buckets", tiny_model_dir, tiny_data_dir, tmp_path / "buckets.json")
     assert {r["system"]: r["bucket_size"] for r in rep["rows"]} == {"ours": 8, "ours-buckets16": 16,
                                                                    "one-padded-forward": 0}
     assert "buckets16" in rep["ratio_levers"]
-    assert rep["ratio"]["best"] > 0 and all(r["maxrss_gb"] > 0 and r["per_s"] > 0 for r in rep["rows"])
