@@ -14,9 +14,8 @@ from dpr.losses.lexical_distill import LexicalDistillLoss
 from dpr.losses.softmax_nll import SoftmaxNLLLoss, masked_softmax_nll
 from dpr.losses.symmetric_nll import SymmetricSoftmaxNLLLoss
 
-__all__ = ["LossOutput", "PairMasks", "SoftmaxNLLLoss", "HingeLoss", "LexicalDistillLoss", "SymmetricSoftmaxNLLLoss",
-           "build_loss", "gather_passages",
-           "masked_softmax_nll", "rank_stats", "score_pool", "loss_output"]
+__all__ = ["LossOutput", "PairMasks", "SoftmaxNLLLoss", "SymmetricSoftmaxNLLLoss", "HingeLoss", "LexicalDistillLoss",
+           "build_loss", "gather_passages", "masked_softmax_nll", "rank_stats", "score_pool", "loss_output"]
 
 
 def build_loss(cfg: Mapping[str, Any] | None):
