@@ -279,12 +279,13 @@ def tiny_model_no_dropout(tiny_model_dir, tmp_path) -> Path:
 
 @pytest.mark.slow
 def test_torchrun_two_cpu_processes_match_one_process(tiny_model_no_dropout, tiny_data_dir, tmp_path):
-    """gloo DDP, 2 ranks x batch 2 = 1 process x batch 4: same global batches, same losses; only rank 0 writes."""
+    """gloo DDP, 2 ranks x batch 2 = 1 process x batch 4: same global batches, same losses; only rank 0 writes.
+    Length buckets of 3 split each rank's 4 passages and the one process's 8 differently: still the same losses."""
     conf = write_tiny_data_conf(tmp_path / "conf")
     common = ["--config-dir", str(conf), "data=tiny", f"data_dir={tiny_data_dir}", "model=tiny",
               f"model.name={tiny_model_no_dropout}", "train.max_steps=3", "train.hard_negatives=1",
               "train.precision=fp32", "train.lr=1e-3", "train.val_batch_size=8", "train.save_every=2",
-              "train.warmup_ratio=0.0", "train.print_every=1000", "seed=7"]
+              "train.warmup_ratio=0.0", "train.print_every=1000", "train.length_bucket_size=3", "seed=7"]
     work = tmp_path / "cwd"
     work.mkdir()
     script = dpr_train()
@@ -295,7 +296,7 @@ def test_torchrun_two_cpu_processes_match_one_process(tiny_model_no_dropout, tin
                           cwd=work, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     train(tiny_cfg(tiny_model_no_dropout, tiny_data_dir, tmp_path / "one", max_steps=3, batch_size=4,
-                   precision="fp32", lr=1e-3, save_every=2))
+                   precision="fp32", lr=1e-3, save_every=2, length_bucket_size=3))
     ddp_rows = read_jsonl(tmp_path / "ddp" / "metrics.jsonl")
     one_rows = read_jsonl(tmp_path / "one" / "metrics.jsonl")
     assert [r["negatives"] for r in ddp_rows] == [7, 7, 7]  # the pool spans both ranks: 4 questions x 2 passages
