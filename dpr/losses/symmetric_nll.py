@@ -42,23 +42,29 @@ class SymmetricSoftmaxNLLLoss:
     def __call__(self, q: torch.Tensor, p: torch.Tensor, masks: PairMasks, similarity: Similarity,
                  gather: bool = True) -> LossOutput:
         pool = gather_passages(p, gather)
-        scores, masks = score_pool(q, pool, masks, similarity, gather=False)
-        loss = masked_softmax_nll(scores, masks)
-        if gather and self.passage_weight > 0:
-            loss = loss + self.passage_weight * self._reverse(q, pool, masks, similarity)
+        if not (gather and self.passage_weight > 0):
+            scores, masks = score_pool(q, pool, masks, similarity, gather=False)
+            return loss_output(masked_softmax_nll(scores, masks).mean(), scores, masks)
+        # Every question of the global batch against the pool, scored once: this rank's rows are its forward
+        # scores, the columns give the reverse terms. Questions are gathered with gradients (the adjoint
+        # gather), the masks' rows without.
+        sizes = distributed.all_gather_sizes(q.shape[0], q)
+        rows = slice(sum(sizes[: distributed.rank()]), sum(sizes[: distributed.rank() + 1]))
+        q_all = distributed.all_gather_with_grad(q, sizes)
+        masks = masks.to(q.device)
+        masks_all = PairMasks(distributed.all_gather_with_grad(masks.positive.float(), sizes) > 0.5,
+                              distributed.all_gather_with_grad(masks.ignore.float(), sizes) > 0.5)
+        scores_all, masks_all = score_pool(q_all, pool, masks_all, similarity, gather=False)
+        scores = scores_all[rows]
+        loss = masked_softmax_nll(scores, masks) + self.passage_weight * _reverse(scores_all, masks_all, masks)
         return loss_output(loss.mean(), scores, masks)
 
-    @staticmethod
-    def _reverse(q: torch.Tensor, pool: torch.Tensor, masks: PairMasks, similarity: Similarity) -> torch.Tensor:
-        """Per local question: the mean reverse NLL of its positives (columns) over the global questions."""
-        sizes = distributed.all_gather_sizes(q.shape[0], q) if distributed.is_distributed() else [q.shape[0]]
-        q_all = distributed.all_gather_with_grad(q, sizes)
-        positive = distributed.all_gather_with_grad(masks.positive.float(), sizes) > 0.5
-        ignore = distributed.all_gather_with_grad(masks.ignore.float(), sizes) > 0.5
-        scores = similarity(q_all, pool).float()  # [B_global, N]
-        neg_inf = torch.finfo(scores.dtype).min
-        valid = torch.logsumexp(scores.masked_fill(ignore, neg_inf), dim=0)
-        own = torch.logsumexp(scores.masked_fill(~positive, neg_inf), dim=0)
-        per_column = torch.where(positive.any(dim=0), valid - own, torch.zeros_like(valid))  # [N]
-        local = masks.positive.float()
-        return (local * per_column).sum(dim=1) / local.sum(dim=1)
+
+def _reverse(scores_all: torch.Tensor, masks_all: PairMasks, masks: PairMasks) -> torch.Tensor:
+    """Per local question: the mean reverse NLL of its positives (columns) over the global questions."""
+    neg_inf = torch.finfo(scores_all.dtype).min
+    valid = torch.logsumexp(scores_all.masked_fill(masks_all.ignore, neg_inf), dim=0)
+    own = torch.logsumexp(scores_all.masked_fill(~masks_all.positive, neg_inf), dim=0)
+    per_column = torch.where(masks_all.positive.any(dim=0), valid - own, torch.zeros_like(valid))  # [N]
+    local = masks.positive.float()
+    return (local * per_column).sum(dim=1) / local.sum(dim=1)

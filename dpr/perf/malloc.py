@@ -25,6 +25,7 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
 TRIM_THRESHOLD = 2**31 - 1  # bytes free at the heap's top before glibc returns them (an int's maximum)
 
+
 def _glibc():
     if not sys.platform.startswith("linux"):
         return None
