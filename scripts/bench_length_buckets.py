@@ -15,11 +15,10 @@ the losses differ in the last digits only through rounding and dropout masks dra
 from __future__ import annotations
 
 import json
-import statistics
 import tempfile
 from pathlib import Path
 
-from bench_malloc import parse_args, run_once
+from bench_malloc import parse_args, run_once, system_rows
 
 SYSTEMS = {"ours": 8, "ours-buckets16": 16, "one-padded-forward": 0}  # system -> length_bucket_size
 
@@ -27,7 +26,7 @@ SYSTEMS = {"ours": 8, "ours-buckets16": 16, "one-padded-forward": 0}  # system -
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(__doc__, argv)
 
-    from dpr.perf.report import bench_report, row
+    from dpr.perf.report import bench_report
 
     runs: dict[str, list[dict]] = {name: [] for name in SYSTEMS}
     with tempfile.TemporaryDirectory() as tmp:
@@ -37,12 +36,7 @@ def main(argv: list[str] | None = None) -> dict:
                 runs[name].append(res)
                 print(f"{name} run {r + 1}: median step {res['median_s']:.2f} s, loss {res['loss']:.4f}, "
                       f"peak RSS {res['maxrss_gb']} GB", flush=True)
-    rows = []
-    for name, results in runs.items():
-        median = statistics.median(r["median_s"] for r in results)
-        rows.append(row(name, args.precision, args.batch_size / median, median_step_s=round(median, 3),
-                        maxrss_gb=max(r["maxrss_gb"] for r in results), loss=results[-1]["loss"],
-                        bucket_size=SYSTEMS[name], runs=results))
+    rows = system_rows(runs, args, bucket_size=SYSTEMS)
     report = bench_report(rows, peer="one-padded-forward", ours_default=args.precision, peaks={},
                           peer_default=args.precision, steps=args.steps, batch_size=args.batch_size)
     print(f"ours (buckets of 8) / one padded forward: {report['ratio']['best']}x questions/s ({args.precision})")

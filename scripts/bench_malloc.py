@@ -62,10 +62,24 @@ def run_once(setting: str, out: Path, args: argparse.Namespace, overrides: tuple
             "loss": rows[-1]["loss"], "maxrss_gb": round(usage.ru_maxrss / 1e6, 2)}
 
 
+def system_rows(runs: dict[str, list[dict]], args: argparse.Namespace, **extra: dict) -> list[dict]:
+    """One report row per system from its runs: questions/s at the median of their median step times, the
+    largest peak RSS, the last loss; ``extra`` maps a column name to each system's value."""
+    from dpr.perf.report import row
+
+    rows = []
+    for name, results in runs.items():
+        median = statistics.median(r["median_s"] for r in results)
+        rows.append(row(name, args.precision, args.batch_size / median, median_step_s=round(median, 3),
+                        maxrss_gb=max(r["maxrss_gb"] for r in results), loss=results[-1]["loss"],
+                        **{k: v[name] for k, v in extra.items()}, runs=results))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(__doc__, argv)
 
-    from dpr.perf.report import bench_report, row
+    from dpr.perf.report import bench_report
 
     runs: dict[str, list[dict]] = {name: [] for name in SYSTEMS}
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,11 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
                 runs[name].append(res)
                 print(f"{name} run {r + 1}: median step {res['median_s']:.2f} s, peak RSS {res['maxrss_gb']} GB",
                       flush=True)
-    rows = []
-    for name, results in runs.items():
-        median = statistics.median(r["median_s"] for r in results)
-        rows.append(row(name, args.precision, args.batch_size / median, median_step_s=round(median, 3),
-                        maxrss_gb=max(r["maxrss_gb"] for r in results), loss=results[-1]["loss"], runs=results))
+    rows = system_rows(runs, args)
     report = bench_report(rows, peer="glibc-default", ours_default=args.precision, peaks={}, peer_default=args.precision,
                           same_loss=len({r["loss"] for r in rows}) == 1, steps=args.steps, batch_size=args.batch_size)
     print(f"ours / glibc-default: {report['ratio']['best']}x questions/s ({args.precision}); "
