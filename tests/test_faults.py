@@ -174,6 +174,20 @@ def _run_killed(cmd: list[str], trigger, cwd: Path, delay: float = 0.0) -> bool:
     return True
 
 
+def _run_stopped_at(target: str, nth: int, entry: str, args: list[str], cwd: Path) -> None:
+    """Run ``entry`` (a console script's ``module:function``) frozen just before the ``nth`` call of
+    ``target`` (``module:function``), then SIGKILL it there: a kill point that cannot be missed under load."""
+    log = cwd / f"stopped_{target.replace(':', '.')}_{nth}.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("stop_at_call.py")), target, str(nth),
+                                 entry, *args], cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=err)
+        _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    if not os.WIFSTOPPED(status):
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        raise AssertionError(f"exited (rc {proc.returncode}) before call {nth} of {target}: {log.read_text()[-3000:]}")
+    _kill(proc)
+
+
 def _run(cmd: list[str], cwd: Path) -> None:
     proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -199,11 +213,16 @@ def test_dpr_encode_killed_at_several_points_resumes_identically(tiny_model_dir,
     _run(base + [f"output_dir={tmp_path / 'ref'}"], tmp_path)
     out = tmp_path / "emb"
     cmd = base + [f"output_dir={out}"]
-    kills = [
-        _run_killed(cmd, _glob(out, ".shard_000_of_003.npy.tmp"), tmp_path),             # mid shard 0
-        _run_killed(cmd, _glob(out, "shard_001_of_003.json"), tmp_path),                  # after shard 1
-    ]
-    assert any(kills), kills
+    # frozen, then killed, just before a shard's temps are renamed into place (the run's second commit)
+    def killed_before_second_commit(finished: list[int]) -> None:
+        _run_stopped_at("dpr.encode:commit_shard", 2, "dpr.cli.encode:main", cmd[1:], tmp_path)
+        assert sorted(p.name for p in out.glob("shard_*.json")) == [f"shard_{i:03d}_of_003.json" for i in finished]
+        assert _temps(out), "the kill point is after the temps were written"
+
+    killed_before_second_commit([0])                # mid shard 1
+    first = (out / "shard_000_of_003.json").stat().st_mtime_ns
+    killed_before_second_commit([0, 1])             # shard 0 kept, mid shard 2
+    assert (out / "shard_000_of_003.json").stat().st_mtime_ns == first, "a finished shard was redone"
     _run(cmd, tmp_path)
     assert _temps(out) == []
     _same_tree(out, tmp_path / "ref", ignore=tuple(f"shard_{i:03d}_of_003.json" for i in range(3)))
