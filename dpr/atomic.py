@@ -52,8 +52,9 @@ def _lock_file(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def path_lock(path: str | Path) -> Iterator[None]:
-    """Hold the exclusive writer lock of ``path`` (waits, and says so, while another process holds it).
+def path_lock(path: str | Path, wait: bool = True) -> Iterator[bool]:
+    """Hold the exclusive writer lock of ``path`` (waits, and says so, while another process holds it;
+    with ``wait=False`` yields False instead, holding nothing). Yields True once held.
 
     The kernel drops a ``flock`` when its holder dies, so a killed writer never blocks the next one.
     """
@@ -62,7 +63,7 @@ def path_lock(path: str | Path) -> Iterator[None]:
     if key in _held:
         _held[key] += 1
         try:
-            yield
+            yield True
         finally:
             _held[key] -= 1
         return
@@ -73,20 +74,27 @@ def path_lock(path: str | Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if not wait:
+                yield False
+                return
             log.warning("%s is being written by another process; waiting for it to finish", path)
             fcntl.flock(fd, fcntl.LOCK_EX)
         _held[key] = 1
         try:
-            yield
+            yield True
         finally:
             del _held[key]
     finally:
         os.close(fd)  # releases the lock
 
 
+_TEMP_TAIL = r"\.(?:\d+-[0-9a-f]+|[A-Za-z0-9_]{8})\.tmp$"
+_ANY_TEMP = re.compile(r"^\.(.+)" + _TEMP_TAIL)
+
+
 def _temp_re(name: str) -> re.Pattern:
     # ours: .<name>.<pid>-<hex>.tmp; before this module locked, mkdtemp's .<name>.<8 chars>.tmp
-    return re.compile(rf"^\.{re.escape(name)}\.(?:\d+-[0-9a-f]+|[A-Za-z0-9_]{{8}})\.tmp$")
+    return re.compile(rf"^\.{re.escape(name)}" + _TEMP_TAIL)
 
 
 def _remove(p: Path) -> None:
@@ -117,6 +125,24 @@ def clean_stale_temps(path: str | Path) -> list[Path]:
     if stale:
         log.info("%s: removed %d leftover(s) of killed runs", path.parent, len(stale))
     return stale
+
+
+def clean_stale_temps_in(directory: str | Path) -> list[Path]:
+    """Remove the leftovers of killed writers of every output in ``directory`` that nobody is writing now.
+
+    :func:`atomic_path` cleans a path's leftovers when that path is written again; an output that never
+    is (a checkpoint of an earlier step, after a resume) would keep a dead writer's temp for good.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    names = sorted({m.group(1) for p in directory.iterdir() if (m := _ANY_TEMP.match(p.name))})
+    removed: list[Path] = []
+    for name in names:
+        with path_lock(directory / name, wait=False) as held:
+            if held:  # a live writer holds its lock: its temp is work in progress
+                removed += clean_stale_temps(directory / name)
+    return removed
 
 
 _RENAME_EXCHANGE = 2

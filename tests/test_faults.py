@@ -80,6 +80,48 @@ def test_killed_writer_leftovers_are_removed_by_the_next_writer(tmp_path):
     assert _temps(tmp_path) == [] and (out / "ok").read_text() == "1"
 
 
+def test_leftovers_of_outputs_never_written_again_are_swept_but_a_live_writers_temp_is_kept(tmp_path):
+    """A killed writer of checkpoints/step_2 left its temp; a resumed run never writes step_2 again, so
+    the next writer of that path never comes (seen: a dpr-train killed mid-save kept `.step_2.*.tmp`).
+    ``clean_stale_temps_in`` sweeps what dead writers left and keeps what a live one is writing."""
+    from dpr.atomic import clean_stale_temps_in
+
+    ckpts = tmp_path / "checkpoints"
+    flags = {name: tmp_path / f"inside_{name}" for name in ("step_2", "step_4")}
+    procs = {name: subprocess.Popen(_py(f"""
+        import time
+        from pathlib import Path
+        from dpr.atomic import atomic_path
+        with atomic_path({str(ckpts / name)!r}) as t:
+            t.mkdir(); (t / "model").write_bytes(b"x" * 1000); Path({str(flag)!r}).touch(); time.sleep(120)
+        """), env=_env(), stderr=subprocess.PIPE, text=True) for name, flag in flags.items()}
+    for name, flag in flags.items():
+        _wait_for(flag.exists, proc=procs[name])
+    _kill(procs["step_2"])                       # dead: its temp is garbage now
+    unrelated = ckpts / ".keep.me"
+    unrelated.write_text("not a temp")
+    removed = clean_stale_temps_in(ckpts)
+    assert [p.name.split(".")[1] for p in removed] == ["step_2"]
+    assert [t.split(".")[1] for t in _temps(ckpts)] == ["step_4"] and unrelated.is_file()  # live writer's kept
+    _kill(procs["step_4"])
+    assert len(clean_stale_temps_in(ckpts)) == 1 and _temps(ckpts) == []
+    assert clean_stale_temps_in(tmp_path / "absent") == []
+
+
+def test_saving_a_checkpoint_sweeps_dead_writers_temps_of_other_steps(tmp_path):
+    import torch
+
+    from dpr.training.checkpoint import CHECKPOINT_DIR, save_checkpoint
+
+    stale = tmp_path / CHECKPOINT_DIR / ".step_2.999999999-abcd.tmp"  # no live process holds its lock
+    (stale / "step_2").mkdir(parents=True)
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    save_checkpoint(tmp_path, 4, model, opt, sched, None, {}, [], keep=1)
+    assert not stale.exists() and (tmp_path / CHECKPOINT_DIR / "step_4" / "state.json").is_file()
+
+
 def test_unrelated_temps_with_a_longer_name_are_kept(tmp_path):
     other = tmp_path / ".train.json.gz.123-abcd.tmp"
     other.mkdir()

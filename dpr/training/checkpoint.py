@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from dpr.atomic import atomic_path
+from dpr.atomic import atomic_path, clean_stale_temps_in
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +167,9 @@ def save_checkpoint(
 
 
 def prune_checkpoints(output_dir: str | Path, keep: int) -> None:
+    """Drop all but the newest ``keep`` checkpoints (<= 0: keep all) and what killed writers left of any
+    (a run killed while saving step N resumes from an earlier one and may never write step N again)."""
+    clean_stale_temps_in(Path(output_dir) / CHECKPOINT_DIR)
     if keep <= 0:
         return
     for old in list_checkpoints(output_dir)[:-keep]:
