@@ -30,6 +30,8 @@ class TrainConfig:
     shuffle_positives: bool = False      # False: each question's first positive (DPR); True: one drawn per epoch
     shuffle_hard_negatives: bool = True  # DPR shuffles the negatives per epoch, then takes the first H
     dedup_positives: bool = True         # no two questions with the same positive passage in a batch
+    topic_batches: bool = False          # a batch's questions share their positive's title (TAS-B topic-aware
+                                         # sampling): the in-batch negatives are passages of the same article
     # --- false negatives (dpr/training/masks.py)
     multi_positive: Any = "auto"         # every judged-relevant passage in the pool is a positive (auto: qrels data)
     mask_answers: bool = True            # QA: passages containing the question's answer are not its negatives

@@ -13,7 +13,8 @@ What a batch is (the choices, in one place):
   its neighbour's "negative" — SQuAD has ~5 questions per paragraph), and the last incomplete global
   batch is dropped so all ranks have equally shaped batches. Rank ``r`` takes slice
   ``[r·B, (r+1)·B)`` of each global batch: ranks are disjoint and the global batch does not depend on
-  the world size.
+  the world size. ``topic_batches`` groups the permutation by the positive passage's title first
+  (TAS-B's topic-aware sampling: in-batch negatives from the question's own article).
 - Positive: the first positive (DPR's default); ``shuffle_positives`` draws one per (seed, epoch, example).
 - Hard negatives: ``hard_negative_ctxs`` (BM25-mined) first, then ``negative_ctxs``; like DPR the list
   is shuffled per (seed, epoch, example) (``shuffle_hard_negatives``) and the first H are taken.
@@ -89,6 +90,12 @@ def epoch_permutation(num_examples: int, seed: int, epoch: int, shuffle: bool = 
     return _rng(seed, epoch).permutation(num_examples)
 
 
+def positive_topic(example: dict) -> str:
+    """What a topic-aware batch groups by: the title of the question's first positive passage (its
+    Wikipedia article in SQuAD and NQ; "" where passages have no titles, so all of them are one topic)."""
+    return str(example["positive_ctxs"][0].get("title") or "")
+
+
 def _positive_ids(example: dict) -> frozenset[str]:
     return frozenset(c["passage_id"] for c in example["positive_ctxs"])
 
@@ -100,15 +107,40 @@ def global_batches(
     epoch: int,
     shuffle: bool = True,
     dedup_positives: bool = True,
+    topics: Sequence[str] | None = None,
 ) -> list[list[int]]:
     """Example indices of each full global batch of ``epoch``, in training order.
 
     With ``dedup_positives`` an example whose positive passage is already in the batch waits for the
     next batch (it stays at the front of the queue, so the order is still the permutation's).
+    With ``topics`` (one per example) the batches are topic-aware (TAS-B, Hofstätter et al. 2021): the
+    permutation is grouped by topic, topics in a seeded order, so a batch holds one topic's questions
+    (two at a topic's end) and their in-batch negatives are that topic's passages; the batches are then
+    shuffled (seeded), so consecutive steps do not dwell on one topic.
     """
     if global_batch_size <= 0:
         raise ValueError(f"batch size must be positive, got {global_batch_size}")
     order = epoch_permutation(len(examples), seed, epoch, shuffle).tolist()
+    if topics is not None:
+        batches = _fill_batches(examples, _group_by_topic(order, topics, seed, epoch), global_batch_size,
+                                dedup_positives)
+        return [batches[i] for i in _rng(seed, epoch, _TOPIC_STREAM, 1).permutation(len(batches))]
+    return _fill_batches(examples, order, global_batch_size, dedup_positives)
+
+
+_TOPIC_STREAM = 0x70D1C  # a fourth key: never equal to an example's (seed, epoch, idx) stream
+
+
+def _group_by_topic(order: list[int], topics: Sequence[str], seed: int, epoch: int) -> list[int]:
+    """``order`` stably regrouped by topic, the topics in a seeded random order."""
+    names = sorted(set(topics))
+    rank = {names[j]: r for r, j in enumerate(_rng(seed, epoch, _TOPIC_STREAM, 0).permutation(len(names)))}
+    return sorted(order, key=lambda i: rank[topics[i]])
+
+
+def _fill_batches(examples: Sequence[dict], order: list[int], global_batch_size: int,
+                  dedup_positives: bool) -> list[list[int]]:
+    """Full batches in ``order``, deferring (``dedup_positives``) an example whose positive is in the batch."""
     if not dedup_positives:
         n = len(order) // global_batch_size
         return [order[i * global_batch_size:(i + 1) * global_batch_size] for i in range(n)]
@@ -259,6 +291,7 @@ class TrainBatches:
         shuffle_positives: bool = False,
         shuffle_hard_negatives: bool = True,
         dedup_positives: bool = True,
+        topic_batches: bool = False,
         multi_positive: bool = False,
         mask_answers: bool = True,
         teacher=None,
@@ -273,13 +306,15 @@ class TrainBatches:
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle, self.shuffle_positives = shuffle, shuffle_positives
         self.shuffle_hard_negatives, self.dedup_positives = shuffle_hard_negatives, dedup_positives
+        self.topics = [positive_topic(ex) for ex in examples] if topic_batches else None
         self.pool = NegativePool(examples) if hard_negatives > 0 else None
         self._cache: dict[int, list[list[int]]] = {}
 
     def global_batches(self, epoch: int) -> list[list[int]]:
         if epoch not in self._cache:
             self._cache = {epoch: global_batches(
-                self.examples, self.batch_size * self.world_size, self.seed, epoch, self.shuffle, self.dedup_positives
+                self.examples, self.batch_size * self.world_size, self.seed, epoch, self.shuffle, self.dedup_positives,
+                self.topics,
             )}
         return self._cache[epoch]
 

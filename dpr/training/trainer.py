@@ -157,7 +157,8 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
         question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
         seed=seed, rank=rank, world_size=world, shuffle=tc.shuffle, shuffle_positives=tc.shuffle_positives,
         shuffle_hard_negatives=tc.shuffle_hard_negatives, dedup_positives=tc.dedup_positives,
-        multi_positive=resolved["multi_positive"], mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
+        topic_batches=tc.topic_batches, multi_positive=resolved["multi_positive"],
+        mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
     )
     accum = tc.grad_accumulation_steps
     total = _total_steps(batches, tc)
