@@ -198,45 +198,26 @@ def test_concurrent_writers_are_serialised(tmp_path):
 
 # --- real SIGKILLs of the commands, then the same command again -----------------------------------------
 
-def _run_killed(cmd: list[str], trigger, cwd: Path, delay: float = 0.0) -> bool:
-    """Start ``cmd``; SIGKILL it once ``trigger()`` holds (then ``delay`` more seconds). False when the
-    command finished before the kill point (nothing was killed)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    end = time.monotonic() + 300
-    while not trigger():
-        if proc.poll() is not None or time.monotonic() > end:
-            proc.communicate()
-            return False
-        time.sleep(0.002)
-    time.sleep(delay)
-    if proc.poll() is not None:
-        return False
-    _kill(proc)
-    proc.stderr.close()
-    return True
-
-
-def _run_stopped_at(target: str, nth: int, entry: str, args: list[str], cwd: Path) -> None:
-    """Run ``entry`` (a console script's ``module:function``) frozen just before the ``nth`` call of
-    ``target`` (``module:function``), then SIGKILL it there: a kill point that cannot be missed under load."""
-    log = cwd / f"stopped_{target.replace(':', '.')}_{nth}.log"
+def _run_stopped_at(target: str, when: int | str, entry: str, args: list[str], cwd: Path) -> str:
+    """Run ``entry`` (a console script's ``module:function``) frozen at a call of ``target``
+    (``module:function``; ``when`` as ``tests/stop_at_call.py`` reads it: ``[after-]N[@text]``), then SIGKILL
+    it there: a kill point that cannot be missed under load. Returns the call it stopped at, as
+    ``stop_at_call.py`` printed it (its arguments name the output)."""
+    log = cwd / f"stopped_{os.getpid()}_{time.monotonic_ns()}.log"
     with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("stop_at_call.py")), target, str(nth),
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("stop_at_call.py")), target, str(when),
                                  entry, *args], cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=err)
         _, status = os.waitpid(proc.pid, os.WUNTRACED)
     if not os.WIFSTOPPED(status):
         proc.returncode = os.waitstatus_to_exitcode(status)
-        raise AssertionError(f"exited (rc {proc.returncode}) before call {nth} of {target}: {log.read_text()[-3000:]}")
+        raise AssertionError(f"exited (rc {proc.returncode}) before {when} of {target}: {log.read_text()[-3000:]}")
     _kill(proc)
+    return log.read_text().rsplit("stop_at_call:", 1)[-1].splitlines()[0]  # after any progress bar's output
 
 
 def _run(cmd: list[str], cwd: Path) -> None:
     proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-
-
-def _glob(d: Path, pattern: str):
-    return lambda: d.exists() and any(d.glob(pattern))
 
 
 def _big_passages(path: Path, n: int = 600) -> Path:
@@ -288,9 +269,11 @@ def test_dpr_index_killed_then_rerun_identical(tmp_path):
     _run(base + [f"output={tmp_path / 'ref' / 'index.faiss'}"], tmp_path)
     out = tmp_path / "out"
     cmd = base + [f"output={out / 'index.faiss'}"]
-    kills = [_run_killed(cmd, _glob(out, ".index.faiss.*.tmp"), tmp_path),
-             _run_killed(cmd, lambda: (out / "index.faiss").exists(), tmp_path)]
-    assert any(kills), kills
+    # it commits index.faiss.ids, index.faiss, index.faiss.json: killed before the first (nothing in place),
+    # then in a second run before the last (the index and its ids in place, its manifest not)
+    for nth, stops_at in ((1, "index.faiss.ids"), (3, "index.faiss.json")):
+        assert f"{stops_at}'" in _run_stopped_at("dpr.atomic:replace_path", nth, "dpr.cli.index:main", cmd[1:], tmp_path)
+        assert _temps(out)
     _run(cmd, tmp_path)
     assert _temps(tmp_path) == []
     for name in ("index.faiss", "index.faiss.ids"):
@@ -316,10 +299,14 @@ def test_dpr_bm25_mine_killed_then_rerun_identical(tmp_path):
     ref, run = dataset(tmp_path / "ref"), dataset(tmp_path / "run")
     _run(cmd(ref), tmp_path)
     tiny = run / "tiny"
-    kills = [_run_killed(cmd(run), _glob(tiny, ".bm25_index.*.tmp"), tmp_path),
-             _run_killed(cmd(run), lambda: (tiny / "bm25_index").exists(), tmp_path, delay=0.3),
-             _run_killed(cmd(run), _glob(tiny, ".train.json.*.tmp"), tmp_path)]
-    assert any(kills), kills
+    # it commits (inside the index's temp dir) dpr_bm25.json, then bm25_index, train.json, dev.json,
+    # bm25_mining.json: killed with the index built but not in place, then (a second run) with the index and
+    # the mined train.json in place but not dev.json, then (a third, which reuses the index: its third
+    # commit) before the mining manifest
+    argv = cmd(run)[1:]
+    for nth, stops_at in ((2, "bm25_index"), (4, "dev.json"), (3, "bm25_mining.json")):
+        assert f"{stops_at}'" in _run_stopped_at("dpr.atomic:replace_path", nth, "dpr.cli.bm25:main", argv, tmp_path)
+        assert _temps(run)
     _run(cmd(run), tmp_path)
     assert _temps(run) == []
     for name in ("train.json", "dev.json"):
@@ -349,9 +336,13 @@ def test_dpr_data_killed_then_rerun_identical_and_no_leftovers(mirror_dir, tmp_p
     cmd = [str(BIN / "dpr-data"), "data=nq_open_dev", f"data.mirror_dir={mirror_dir}"]
     _run(cmd + [f"data_dir={tmp_path / 'ref'}"], tmp_path)
     prep = tmp_path / "prep"
-    kills = [_run_killed(cmd + [f"data_dir={prep}"], _glob(prep, ".nq_open_dev.*.tmp"), tmp_path, delay=d)
-             for d in (0.0, 0.2)]
-    assert any(kills), kills
+    # its files are written inside the dataset's temp dir, which is then moved into place: killed mid-way
+    # (test.qa.tsv written, meta.json not), then (a second run) with the dataset complete but not in place
+    for nth, stops_at in ((2, "meta.json"), (3, "nq_open_dev")):
+        stop = _run_stopped_at("dpr.atomic:replace_path", nth, "dpr.cli.data:main", [*cmd[1:], f"data_dir={prep}"],
+                               tmp_path)
+        assert f"{stops_at}'" in stop and not (prep / "nq_open_dev").exists()
+        assert _temps(prep)
     _run(cmd + [f"data_dir={prep}"], tmp_path)
     assert sorted(p.name for p in prep.iterdir()) == ["nq_open_dev"]
     _same_tree(prep / "nq_open_dev", tmp_path / "ref" / "nq_open_dev", ignore=("meta.json",))
@@ -376,10 +367,13 @@ def test_dpr_train_killed_at_checkpoints_then_rerun_identical(tiny_model_dir, ti
 
     _run(cmd(tmp_path / "ref"), tmp_path)
     out = tmp_path / "run"
-    kills = [_run_killed(cmd(out), lambda: out.exists() and len(ckpt.list_checkpoints(out)) >= 1, tmp_path),
-             _run_killed(cmd(out), lambda: out.exists() and any(int(p.name.split("_")[1]) >= 6
-                                                                for p in ckpt.list_checkpoints(out)), tmp_path)]
-    assert any(kills), kills
+    # killed just after step_2's checkpoint was moved into place, before its emptied temp dir was removed
+    # (a resumed run never writes step_2 again: that leftover stayed for good until checkpoints swept them)
+    _run_stopped_at("dpr.atomic:replace_path", "after-1@/step_2'", "dpr.cli.train:main", cmd(out)[1:], tmp_path)
+    assert [p.name for p in ckpt.list_checkpoints(out)] == ["step_2"] and _temps(out)
+    # resumed from step_2, killed again just before step_8's checkpoint goes into place
+    _run_stopped_at("dpr.atomic:replace_path", "1@/step_8'", "dpr.cli.train:main", cmd(out)[1:], tmp_path)
+    assert ckpt.list_checkpoints(out)[-1].name == "step_6"
     _run(cmd(out), tmp_path)
     assert _temps(out) == [] and (out / "train_summary.json").is_file()
     for tower in ("question_encoder", "passage_encoder"):
