@@ -54,6 +54,14 @@ def test_topic_batches_are_seeded_reshuffled_per_epoch_and_do_not_dwell_on_one_t
     assert min(runs) < 6
 
 
+def test_without_shuffle_the_topics_come_in_file_order_and_nothing_is_random():
+    examples = [_ex(i, f"p{i}", t) for i, t in enumerate("BBBBAAAACCCC")]
+    topics = [positive_topic(e) for e in examples]
+    for seed in (0, 1):
+        assert global_batches(examples, 4, seed, 0, shuffle=False, topics=topics) == [[0, 1, 2, 3], [4, 5, 6, 7],
+                                                                                     [8, 9, 10, 11]]
+
+
 def test_without_titles_all_questions_are_one_topic_and_the_batches_are_the_plain_ones_reordered():
     examples = [_ex(i, f"p{i}", "") for i in range(20)]
     topical = global_batches(examples, 4, seed=2, epoch=0, topics=[positive_topic(e) for e in examples])

@@ -115,26 +115,34 @@ def global_batches(
     next batch (it stays at the front of the queue, so the order is still the permutation's).
     With ``topics`` (one per example) the batches are topic-aware (TAS-B, Hofstätter et al. 2021): the
     permutation is grouped by topic, topics in a seeded order, so a batch holds one topic's questions
-    (two at a topic's end) and their in-batch negatives are that topic's passages; the batches are then
-    shuffled (seeded), so consecutive steps do not dwell on one topic.
+    (two, rarely more, where a topic ends or de-duplication deferred some) and their in-batch negatives
+    are that topic's passages; the batches are then shuffled (seeded), so consecutive steps do not dwell on
+    one topic. Without ``shuffle`` nothing is random: topics in order of first appearance, batches in order.
     """
     if global_batch_size <= 0:
         raise ValueError(f"batch size must be positive, got {global_batch_size}")
     order = epoch_permutation(len(examples), seed, epoch, shuffle).tolist()
-    if topics is not None:
-        batches = _fill_batches(examples, _group_by_topic(order, topics, seed, epoch), global_batch_size,
-                                dedup_positives)
-        return [batches[i] for i in _rng(seed, epoch, _TOPIC_STREAM, 1).permutation(len(batches))]
-    return _fill_batches(examples, order, global_batch_size, dedup_positives)
+    if topics is None:
+        return _fill_batches(examples, order, global_batch_size, dedup_positives)
+    batches = _fill_batches(examples, _group_by_topic(order, topics, seed, epoch, shuffle), global_batch_size,
+                            dedup_positives)
+    if not shuffle:
+        return batches
+    return [batches[i] for i in _rng(seed, epoch, _TOPIC_STREAM, 1).permutation(len(batches))]
 
 
 _TOPIC_STREAM = 0x70D1C  # a fourth key: never equal to an example's (seed, epoch, idx) stream
 
 
-def _group_by_topic(order: list[int], topics: Sequence[str], seed: int, epoch: int) -> list[int]:
-    """``order`` stably regrouped by topic, the topics in a seeded random order."""
-    names = sorted(set(topics))
-    rank = {names[j]: r for r, j in enumerate(_rng(seed, epoch, _TOPIC_STREAM, 0).permutation(len(names)))}
+def _group_by_topic(order: list[int], topics: Sequence[str], seed: int, epoch: int, shuffle: bool) -> list[int]:
+    """``order`` stably regrouped by topic, the topics in a seeded random order (``shuffle``) or in order of
+    their first appearance in ``order``."""
+    if shuffle:
+        names = sorted(set(topics))
+        names = [names[j] for j in _rng(seed, epoch, _TOPIC_STREAM, 0).permutation(len(names))]
+    else:
+        names = list(dict.fromkeys(topics[i] for i in order))
+    rank = {name: r for r, name in enumerate(names)}
     return sorted(order, key=lambda i: rank[topics[i]])
 
 
