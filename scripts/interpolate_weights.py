@@ -1,0 +1,83 @@
+#!/usr/bin/env python
+"""Dev figures of weights interpolated between the start model and a trained run (WiSE-FT, a model soup of two).
+
+    .venv/bin/python scripts/interpolate_weights.py --model runs/squad1_open/model \\
+        --data-dir data/prepared --data squad1_open --alphas 1,0.85,0.7,0.5 --out runs/interpolate_squad.json
+
+For each ``alpha``, every floating-point weight is ``alpha * trained + (1 - alpha) * start`` (the start is
+the pretrained encoder the run's ``biencoder.json`` names, both towers), and the trainer's own validation
+(``dpr.training.validation.validate``: dev average rank and MRR over DPR's pool, top-k over the corpus) scores
+it, so ``alpha = 1`` reproduces the run's last ``validation.jsonl`` line. Weight interpolation often keeps a
+fine-tuned model's gains while recovering the start model's breadth (Wortsman et al. 2022); this measures
+whether it does here. Output: ``{"model", "data", "rows": [{"alpha", <metrics>, "seconds"}]}`` and one line per
+alpha on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from dpr.atomic import write_json_atomic  # noqa: E402
+
+SHOWN = ("top1", "top5", "top20", "mrr", "avg_rank")
+
+
+def interpolate(trained: dict[str, torch.Tensor], start: dict[str, torch.Tensor], alpha: float) -> dict[str, torch.Tensor]:
+    """``alpha * trained + (1 - alpha) * start`` for floating-point tensors (fresh tensors: the inputs are
+    never written); integer buffers (position ids) are taken from ``trained``."""
+    if trained.keys() != start.keys():
+        raise ValueError(f"the two models differ in their weights: {sorted(trained.keys() ^ start.keys())[:5]}")
+    return {k: torch.lerp(start[k].float(), v.float(), alpha).to(v.dtype) if v.is_floating_point() else v.clone()
+            for k, v in trained.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True, help="a trained run's model directory (holds biencoder.json)")
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--data", default="squad1_open")
+    ap.add_argument("--alphas", default="1,0.85,0.7,0.5")
+    ap.add_argument("--autocast", default="off", help="off (fp32) or bf16")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+
+    from dpr.data.dataset import DatasetPaths
+    from dpr.training.data import load_examples
+    from dpr.models.io import build_biencoder, load_biencoder, read_biencoder_config
+    from dpr.training.validation import load_corpus, validate
+
+    torch.manual_seed(0)
+    model, tokenizer = load_biencoder(args.model)
+    trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    start_model, _ = build_biencoder(read_biencoder_config(args.model))
+    start = {k: v.detach().clone() for k, v in start_model.state_dict().items()}
+    del start_model
+    paths = DatasetPaths(Path(args.data_dir) / args.data)
+    dev = load_examples(paths.dev)
+    corpus = load_corpus(paths.passages)
+    use_answers = paths.kind == "qa"  # as the trainer decides: answers for QA data, positives for qrels data
+    cfg = model.config
+    rows = []
+    for alpha in [float(a) for a in args.alphas.split(",")]:
+        model.load_state_dict(interpolate(trained, start, alpha))
+        t0 = time.perf_counter()
+        metrics = validate(model, tokenizer, dev, corpus=corpus, use_answers=use_answers, cfg={},
+                           question_max_length=cfg.question_max_length, passage_max_length=cfg.passage_max_length,
+                           autocast=args.autocast)
+        rows.append({"alpha": alpha, **metrics, "seconds": round(time.perf_counter() - t0, 1)})
+        print(json.dumps({"alpha": alpha, **{k: round(metrics[k], 4) for k in SHOWN if k in metrics}}), flush=True)
+    write_json_atomic(args.out, {"model": str(args.model), "data": args.data, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
