@@ -35,6 +35,13 @@ def _plain(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
 
 
+def _model(cfg: DictConfig) -> dict:
+    """The ``model`` config as stages record it (`dpr.models.biencoder.without_empty_prefixes`)."""
+    from dpr.models.biencoder import without_empty_prefixes
+
+    return without_empty_prefixes(_plain(cfg.model))
+
+
 def _questions(ds: DatasetPaths, split: str) -> list[Path]:
     """The files that define a split's evaluation questions."""
     return [ds.queries, ds.qrels(split)] if ds.kind == "qrels" else [ds.qa(split)]
@@ -62,7 +69,7 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
         rdir = out / "rounds" / f"round{r}"
         mdir = model_dir if r == rounds else rdir / "model"
         train_file = ds.train
-        model = _plain(cfg.model)
+        model = _model(cfg)
         if prev_model is not None:
             train_file = rdir / "train.json"
             prev_index = out / "rounds" / f"round{r - 1}" / "index.faiss"
@@ -200,11 +207,11 @@ def run_pipeline(cfg: DictConfig) -> dict:
 
     def save_untrained():
         torch.manual_seed(cfg.seed)  # a projection layer, if configured, starts from this seed
-        model, tokenizer = build_biencoder(BiEncoderConfig.from_dict(_plain(cfg.model)))
+        model, tokenizer = build_biencoder(BiEncoderConfig.from_dict(_model(cfg)))
         save_biencoder(model, tokenizer, untrained_dir)
 
     stages.run("untrained_model", save_untrained, outputs=[untrained_dir / "biencoder.json"],
-               params={"model": _plain(cfg.model), "seed": cfg.seed})
+               params={"model": _model(cfg), "seed": cfg.seed})
     systems["dense_untrained"] = dense_system(
         "dense_untrained", str(untrained_dir), [untrained_dir / "biencoder.json"])
 

@@ -37,6 +37,10 @@ def _relevant(conf: Mapping[str, Any]) -> dict:
     out = {k: conf.get(k) for k in COMPARED}
     if isinstance(out.get("data"), dict):
         out["data"] = {k: v for k, v in out["data"].items() if k not in _IGNORED_DATA_KEYS}
+    if isinstance(out.get("model"), dict):
+        from dpr.models.biencoder import without_empty_prefixes
+
+        out["model"] = without_empty_prefixes(out["model"])
     return out
 
 

@@ -43,7 +43,9 @@ def export_cli(run_dir: Path, out: Path, *extra: str) -> subprocess.CompletedPro
     {"shared": False, "pooling": "cls", "similarity": "cosine", "projection_dim": 16,
      "question_max_length": 12, "passage_max_length": 40},
     {"shared": True, "pooling": "mean", "similarity": "dot", "question_max_length": 16, "passage_max_length": 32},
-], ids=["separate-cls-cosine-projection", "shared-mean-dot"])
+    {"shared": False, "pooling": "mean", "similarity": "cosine", "question_max_length": 16, "passage_max_length": 40,
+     "question_prefix": "query: ", "passage_prefix": "passage: "},
+], ids=["separate-cls-cosine-projection", "shared-mean-dot", "separate-prefixes"])
 def test_export_loads_offline_and_equals_the_project(tiny_model_dir, tmp_path, config):
     from sentence_transformers import SentenceTransformer
 
@@ -70,6 +72,8 @@ def test_export_loads_offline_and_equals_the_project(tiny_model_dir, tmp_path, c
     assert figures["min_cosine_questions"] >= 0.9999, figures
     assert figures["min_cosine_passages"] >= 0.9999, figures
     assert figures["same_topk_set"] == len(QUESTIONS), figures
+    if config.get("question_prefix"):  # exported as the query / document prompts
+        assert st.prompts["query"] == "query: " and st.prompts["document"] == "passage: "
     dim = st.encode_query(["x"]).shape[-1]
     assert dim == (config.get("projection_dim") or 32)
 

@@ -11,7 +11,10 @@ without activation when the run has a projection, and ``Normalize`` for cosine s
   route.
 - A shared tower: one ``Transformer`` whose ``query_length`` / ``document_length`` carry the two
   maximum lengths (so ``encode_query`` / ``encode_document`` cut as training did); optional
-  ``prompts`` are stored for users who want them (the project trains without prompts).
+  ``prompts`` are stored for users who want them.
+- A run trained with prefixes (``model.question_prefix`` / ``passage_prefix``) exports them as the
+  ``query`` / ``document`` prompts, which ``encode_query`` / ``encode_document`` apply (before a pair's
+  first segment, the title, as training did).
 
 Passages trained with titles are encoded as the pair ``(title, text)`` (``[CLS] title [SEP] text
 [SEP]``, DPR's input); ``encode_document`` takes such tuples, and a passage without a title is its
@@ -69,6 +72,11 @@ def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] |
         raise FileNotFoundError(f"{run_dir}: not a trained run directory (no biencoder.json)")
     model, _ = load_biencoder(run_dir)  # validates the run and gives the projection weights
     config = model.config
+    trained = {name: text for name, text in (("query", config.question_prefix), ("document", config.passage_prefix))
+               if text}
+    for name, text in trained.items():
+        if prompts and name in prompts and prompts[name] != text:
+            raise ValueError(f"prompt {name!r}={prompts[name]!r}: the run was trained with {text!r} there")
     if config.shared:
         modules = _tower_modules(run_dir / QUESTION_DIR, config, model.question_projection, shared=True)
     else:
@@ -76,11 +84,11 @@ def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] |
             query_modules=_tower_modules(run_dir / QUESTION_DIR, config, model.question_projection, shared=False),
             document_modules=_tower_modules(run_dir / PASSAGE_DIR, config, model.passage_projection, shared=False),
         )]
-        if prompts:
+        if prompts and set(prompts) - set(trained):
             raise ValueError("prompts are for a shared tower; separate towers already route queries and passages")
     if config.similarity == "cosine":
         modules.append(Normalize())
-    return SentenceTransformer(modules=modules, device="cpu", prompts=dict(prompts or {}) or None,
+    return SentenceTransformer(modules=modules, device="cpu", prompts={**(prompts or {}), **trained} or None,
                                similarity_fn_name=SIMILARITY_FN[config.similarity])
 
 

@@ -47,6 +47,11 @@ class BiEncoderConfig:
     # auto: transformers' default (SDPA where the model supports it); or any HF value ("sdpa", "eager",
     # "flash_attention_2" on GPUs that have it). On the 2-core CPU, eager was 2x slower to encode.
     attn_implementation: str = "auto"
+    # Text put before every question / passage (e5's "query: " / "passage: ", bge's query instruction):
+    # the models that were pre-trained with them retrieve worse without. With a title, the passage prefix
+    # goes before the title (the pair's first segment), as sentence-transformers applies its prompts.
+    question_prefix: str = ""
+    passage_prefix: str = ""
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLING_MODES:
@@ -66,6 +71,14 @@ class BiEncoderConfig:
         self.passage_max_length = int(self.passage_max_length)
         self.shared = bool(self.shared)
         self.name = str(self.name)
+        for key in ("question_prefix", "passage_prefix"):
+            value = getattr(self, key)
+            if value is None or not isinstance(value, str):
+                raise ValueError(f"model.{key} must be a string (\"\" for none), got {value!r}")
+
+    def prefix(self, tower: str) -> str:
+        """The text put before every input of ``tower`` ("question" or "passage")."""
+        return self.question_prefix if tower == "question" else self.passage_prefix
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -74,6 +87,12 @@ class BiEncoderConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "BiEncoderConfig":
         """Build from a mapping (e.g. a Hydra ``model`` node); unknown keys are an error, not ignored."""
         return strict_from_dict(cls, d, "bi-encoder")
+
+
+def without_empty_prefixes(model: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``model`` config as runs and pipeline stages compare it: empty prefixes (the default) left out, so
+    run directories made before the prefix keys existed stay up to date and unchanged."""
+    return {k: v for k, v in model.items() if not (k in ("question_prefix", "passage_prefix") and v == "")}
 
 
 def _freeze_unused_pooler(encoder: nn.Module) -> None:

@@ -55,14 +55,29 @@ def autocast_context(device: torch.device | str, autocast: str | None = "auto") 
     return contextlib.nullcontext() if dtype is None else torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
 
+def with_prefix(texts: Sequence[str], titles: Sequence[str] | None, prefix: str) -> tuple[list[str], list[str] | None]:
+    """``(texts, titles)`` with ``prefix`` put before each input's first segment: the title where there
+    is one, else the text (what sentence-transformers does with a prompt and a pair)."""
+    texts = list(texts)
+    titles = list(titles) if titles is not None else None
+    if not prefix:
+        return texts, titles
+    if titles is None:
+        return [prefix + t for t in texts], None
+    return ([t if title else prefix + t for t, title in zip(texts, titles)],
+            [prefix + title if title else title for title in titles])
+
+
 def tokenize_batch(
-    tokenizer: Any, texts: Sequence[str], titles: Sequence[str] | None, max_length: int
+    tokenizer: Any, texts: Sequence[str], titles: Sequence[str] | None, max_length: int, prefix: str = ""
 ) -> dict[str, torch.Tensor]:
     """Tokenize one batch, padded to its longest member.
 
     With titles, each passage is the pair (title, text) -- DPR's ``[CLS] title [SEP] text [SEP]``;
-    a passage with an empty title is encoded as text alone, as DPR does.
+    a passage with an empty title is encoded as text alone, as DPR does. ``prefix`` (the model's
+    ``question_prefix`` / ``passage_prefix``) goes before each input's first segment (:func:`with_prefix`).
     """
+    texts, titles = with_prefix(texts, titles, prefix)
     kw = dict(truncation=True, max_length=max_length)
     if titles is None or not any(titles):
         return dict(tokenizer(list(texts), padding="longest", return_tensors="pt", **kw))
@@ -148,6 +163,7 @@ def iter_encode_batches(
                     [texts[i] for i in idx],
                     [titles[i] for i in idx] if titles is not None else None,
                     max_length,
+                    prefix=bi.config.prefix(tower),
                 )
                 inputs = {k: batch[k].to(dev) for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
                 # Grad/autocast modes are thread-wide: enter them per batch, never across the yield,

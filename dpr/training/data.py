@@ -259,20 +259,24 @@ def collate(
     question_max_length: int,
     passage_max_length: int,
     passages: bool = True,
+    question_prefix: str = "",
+    passage_prefix: str = "",
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
     """Tokenise a batch, padded to its own longest sequence: ``(q_inputs, p_inputs)``.
 
     Passages are (title, text) pairs as in DPR; ``p_inputs`` holds ``len(items) * (1 + H)`` rows,
-    question ``i``'s positive at row ``i * (1 + H)``.
+    question ``i``'s positive at row ``i * (1 + H)``. The prefixes are the model's
+    (``BiEncoderConfig.question_prefix`` / ``passage_prefix``).
     """
     # The same tokenisation as inference (dpr.models.inference), so training and export agree.
     from dpr.models.inference import tokenize_batch
 
     ctxs = [c for it in items for c in it.passages]
-    q = tokenize_batch(tokenizer, [it.question for it in items], None, question_max_length)
+    q = tokenize_batch(tokenizer, [it.question for it in items], None, question_max_length, prefix=question_prefix)
     if not passages:
         return q, None
-    p = tokenize_batch(tokenizer, [c["text"] for c in ctxs], [c.get("title") or "" for c in ctxs], passage_max_length)
+    p = tokenize_batch(tokenizer, [c["text"] for c in ctxs], [c.get("title") or "" for c in ctxs], passage_max_length,
+                       prefix=passage_prefix)
     return q, p
 
 
@@ -303,8 +307,11 @@ class TrainBatches:
         multi_positive: bool = False,
         mask_answers: bool = True,
         teacher=None,
+        question_prefix: str = "",
+        passage_prefix: str = "",
     ) -> None:
         self.examples = examples
+        self.prefixes = {"question_prefix": question_prefix, "passage_prefix": passage_prefix}  # the model's
         self.teacher = teacher  # e.g. dpr.training.teacher.BM25Teacher: fills masks.teacher
         self.multi_positive, self.mask_answers = multi_positive, mask_answers
         self.tokenizer = tokenizer
@@ -359,6 +366,6 @@ class TrainBatches:
         for b in range(start, self.num_batches(epoch)):
             everyone = self.global_items(epoch, b)
             items = rank_slice(everyone, self.rank, self.world_size)
-            q, p = collate(items, self.tokenizer, self.q_len, self.p_len, passages=passages)
+            q, p = collate(items, self.tokenizer, self.q_len, self.p_len, passages=passages, **self.prefixes)
             questions = [it.as_question() for it in items]
             yield Batch(b, q, p, self.masks(everyone, questions), questions)

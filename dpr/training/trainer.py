@@ -159,6 +159,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
         shuffle_hard_negatives=tc.shuffle_hard_negatives, dedup_positives=tc.dedup_positives,
         topic_batches=tc.topic_batches, multi_positive=resolved["multi_positive"],
         mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
+        question_prefix=mcfg.question_prefix, passage_prefix=mcfg.passage_prefix,
     )
     accum = tc.grad_accumulation_steps
     total = _total_steps(batches, tc)
