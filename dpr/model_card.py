@@ -153,7 +153,7 @@ def _model_section(cfg: Any) -> list[str]:
         ["similarity", f"{cfg.similarity} (temperature {cfg.temperature:g})"],
         ["max length", f"questions {cfg.question_max_length} tokens, passages {cfg.passage_max_length} tokens"],
     ]
-    if getattr(cfg, "question_prefix", "") or getattr(cfg, "passage_prefix", ""):
+    if cfg.question_prefix or cfg.passage_prefix:
         rows.append(["prefixes", f"questions `{cfg.question_prefix!r}`, passages `{cfg.passage_prefix!r}` "
                                  "(before the title where there is one; the export's query / document prompts)"])
     return ["## Model", ""] + _table(["", ""], rows)

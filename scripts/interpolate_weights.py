@@ -53,25 +53,29 @@ def main(argv: list[str] | None = None) -> int:
     from dpr.data.dataset import DatasetPaths
     from dpr.training.data import load_examples
     from dpr.models.io import build_biencoder, load_biencoder, read_biencoder_config
+    from dpr.run_dir import finished_config
     from dpr.training.validation import load_corpus, validate
 
     torch.manual_seed(0)
     model, tokenizer = load_biencoder(args.model)
+    # a copy: loading each interpolation writes into the model's own tensors
     trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    start_model, _ = build_biencoder(read_biencoder_config(args.model))
-    start = {k: v.detach().clone() for k, v in start_model.state_dict().items()}
-    del start_model
+    start = build_biencoder(read_biencoder_config(args.model))[0].state_dict()
+    # the run's own validation settings (dev subset, pool size, k), so alpha = 1 reproduces its validation
+    run_train = (finished_config(args.model) or {}).get("train") or {}
+    val_cfg = {k: v for k, v in run_train.items() if k.startswith("val_")}
     paths = DatasetPaths(Path(args.data_dir) / args.data)
     dev = load_examples(paths.dev)
-    corpus = load_corpus(paths.passages)
+    corpus = (load_corpus(paths.passages, int(val_cfg.get("val_corpus_max_passages", 0)))
+              if val_cfg.get("val_corpus_topk", True) else None)  # as the trainer's validator
     use_answers = paths.kind == "qa"  # as the trainer decides: answers for QA data, positives for qrels data
-    cfg = model.config
+    mcfg = model.config
     rows = []
     for alpha in [float(a) for a in args.alphas.split(",")]:
         model.load_state_dict(interpolate(trained, start, alpha))
         t0 = time.perf_counter()
-        metrics = validate(model, tokenizer, dev, corpus=corpus, use_answers=use_answers, cfg={},
-                           question_max_length=cfg.question_max_length, passage_max_length=cfg.passage_max_length,
+        metrics = validate(model, tokenizer, dev, corpus=corpus, use_answers=use_answers, cfg=val_cfg,
+                           question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
                            autocast=args.autocast)
         rows.append({"alpha": alpha, **metrics, "seconds": round(time.perf_counter() - t0, 1)})
         print(json.dumps({"alpha": alpha, **{k: round(metrics[k], 4) for k in SHOWN if k in metrics}}), flush=True)

@@ -59,3 +59,19 @@ def test_the_ends_score_the_trained_and_the_start_model(tiny_model_dir, tiny_dat
         assert row["top1"] == want["top1"] and row["top5"] == want["top5"]
     # the two ends differ (the test would not tell them apart otherwise)
     assert (rows[0]["mrr"], rows[0]["avg_rank"]) != (rows[1]["mrr"], rows[1]["avg_rank"])
+
+
+def test_the_runs_own_validation_settings_are_used(tiny_model_dir, tiny_data_dir, tmp_path):
+    """A run validated on its first 2 dev questions without corpus top-k is scored the same way."""
+    from dpr.models.biencoder import BiEncoderConfig
+    from dpr.models.io import build_biencoder, save_biencoder
+
+    model, tok = build_biencoder(BiEncoderConfig(name=str(tiny_model_dir), passage_max_length=64))
+    run = save_biencoder(model, tok, tmp_path / "model")
+    (run / "train_summary.json").write_text(json.dumps(
+        {"config": {"train": {"val_max_questions": 2, "val_corpus_topk": False}}}))
+    out = tmp_path / "interp.json"
+    _script().main(["--model", str(run), "--data-dir", str(tiny_data_dir), "--data", "tiny", "--alphas", "1",
+                    "--out", str(out)])
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["num_questions"] == 2 and "top1" not in row
