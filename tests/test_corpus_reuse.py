@@ -11,6 +11,7 @@ import torch
 from dpr.encode import encode_corpus, save_encoded
 from dpr.index.shards import read_embeddings
 from dpr.models import encode_texts, load_biencoder
+from dpr.perf import cpu_supports_bf16
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.corpus_reuse import check_start_vectors
 from dpr.training.metrics_log import read_jsonl
@@ -43,7 +44,9 @@ def test_start_vectors_are_checked_against_the_starting_weights(tiny_model_dir, 
 
 
 def test_training_from_given_start_vectors_equals_encoding_them(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
-    kw = dict(max_steps=3, frozen_steps=3, validate_at_start=True, val_corpus_topk=True)
+    # fp32 pinned: the claim is that given vectors replace encoding exactly, and the vectors handed in are
+    # computed in fp32 (``autocast="off"``); under bf16 the two paths would round differently by design
+    kw = dict(max_steps=3, frozen_steps=3, validate_at_start=True, val_corpus_topk=True, precision="fp32")
     plain = train(tiny_cfg(tiny_model_dir, tiny_data_dir, tmp_path / "a", **kw))
     _, _, corpus, vecs = _corpus_vectors(tiny_model_dir, tiny_data_dir / "tiny" / "passages.tsv")
 
@@ -70,26 +73,56 @@ def test_saved_vectors_make_encode_skip_and_read_back_as_encoded(tiny_model_dir,
     train(tiny_cfg(tiny_model_dir, tiny_data_dir, out, max_steps=2))
     passages = tiny_data_dir / "tiny" / "passages.tsv"
     _, _, corpus, vecs = _corpus_vectors(out, passages)
+    # fp32 pinned on both sides (the vectors are computed with autocast "off", and encode_corpus is asked
+    # for "off"): under ``auto`` the answer would depend on whether this CPU has bf16; the bf16 case of the
+    # same contract is the next test
     with_ = {"device": "cpu", "autocast": "off", "max_length": 64}
+    encode_kw = dict(autocast="off", runtime="torch")
     # refused: not what encode_corpus would compute
-    assert not save_encoded(out, passages, tmp_path / "e0", corpus[0][::-1], vecs.numpy(), computed_with=with_)
+    assert not save_encoded(out, passages, tmp_path / "e0", corpus[0][::-1], vecs.numpy(), computed_with=with_,
+                            autocast="off")
     assert not save_encoded(out, passages, tmp_path / "e0", corpus[0], vecs.numpy(), computed_with=with_,
-                            runtime="onnx")
+                            autocast="off", runtime="onnx")
     assert not save_encoded(out, passages, tmp_path / "e0", corpus[0], vecs.numpy(),
-                            computed_with={**with_, "max_length": 32})
+                            computed_with={**with_, "max_length": 32}, autocast="off")
+    assert not save_encoded(out, passages, tmp_path / "e0", corpus[0], vecs.numpy(), computed_with=with_,
+                            autocast="bf16")  # fp32 vectors are not what a bf16 encode computes
     assert not (tmp_path / "e0").exists() or not any((tmp_path / "e0").iterdir())
-    assert save_encoded(out, passages, tmp_path / "e1", corpus[0], vecs.numpy(), computed_with=with_, runtime="torch")
+    assert save_encoded(out, passages, tmp_path / "e1", corpus[0], vecs.numpy(), computed_with=with_, **encode_kw)
     caplog.set_level("INFO")
-    encode_corpus(out, passages, tmp_path / "e1", runtime="torch", progress=False)
+    encode_corpus(out, passages, tmp_path / "e1", progress=False, **encode_kw)
     assert "already encoded" in caplog.text
     ids, stored = read_embeddings(tmp_path / "e1")
-    fresh_ids, fresh = read_embeddings(encode_corpus(out, passages, tmp_path / "e2", runtime="torch", progress=False))
+    fresh_ids, fresh = read_embeddings(encode_corpus(out, passages, tmp_path / "e2", progress=False, **encode_kw))
     assert ids == fresh_ids and stored.dtype == np.float32
     np.testing.assert_allclose(stored, fresh, atol=1e-3)
     m1 = json.loads((tmp_path / "e1" / "shard_000_of_001.json").read_text())
     m2 = json.loads((tmp_path / "e2" / "shard_000_of_001.json").read_text())
     assert {k: v for k, v in m1.items() if k not in ("seconds", "passages_per_second", "reused_from")} == \
         {k: v for k, v in m2.items() if k not in ("seconds", "passages_per_second")}
+
+
+@pytest.mark.precision
+def test_vectors_training_saves_under_auto_are_what_encode_under_auto_computes(tiny_model_dir, tiny_data_dir,
+                                                                               tmp_path, caplog):
+    """The contract under ``auto`` on either precision rule (``pytest -m precision`` runs it under both): the
+    vectors the trainer hands out are stored, the encode with default settings skips, and what it would
+    have computed agrees (bf16 rounding where the rule is bf16)."""
+    out, passages, saved = tmp_path / "run", tiny_data_dir / "tiny" / "passages.tsv", []
+    train(tiny_cfg(tiny_model_dir, tiny_data_dir, out, max_steps=2, validate_at_start=True, val_corpus_topk=True),
+          on_saved=lambda *a, **k: saved.append((a, k)))
+    (model_dir, ids, vecs), extra = saved[-1]
+    bf16 = cpu_supports_bf16()
+    assert extra["computed_with"]["autocast"] == ("bf16" if bf16 else "off")
+    assert save_encoded(out, passages, tmp_path / "e1", ids, vecs.numpy(), computed_with=extra["computed_with"],
+                        runtime="torch")
+    caplog.set_level("INFO")
+    encode_corpus(out, passages, tmp_path / "e1", runtime="torch", progress=False)
+    assert "already encoded" in caplog.text
+    stored_ids, stored = read_embeddings(tmp_path / "e1")
+    fresh_ids, fresh = read_embeddings(encode_corpus(out, passages, tmp_path / "e2", runtime="torch", progress=False))
+    assert stored_ids == fresh_ids == ids
+    np.testing.assert_allclose(stored, fresh, atol=3e-2 if bf16 else 1e-3)
 
 
 def test_start_vectors_from_a_directory_of_other_weights_name_it(tiny_model_dir, tiny_data_dir, tmp_path):

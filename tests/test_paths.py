@@ -77,3 +77,17 @@ def test_ci_script_runs_the_readme_command_with_ci_true():
     assert command in readme
     assert any(line.strip() == command for line in ci.splitlines())
     assert "export CI=true" in ci
+
+
+def test_ci_script_runs_the_precision_tests_under_the_other_rule():
+    """After the README's command, .ci/run reruns ``-m precision`` under the rule this CPU's ``auto`` does not
+    follow; the rule it picks is the opposite of what ``auto`` means here, under either switch."""
+    ci = (REPO / ".ci" / "run").read_text()
+    assert '-m precision tests' in ci and 'env "$other_rule=1"' in ci
+    pick = next(line for line in ci.splitlines() if line.startswith("other_rule="))
+    code = pick.split('-c "', 1)[1].rsplit('"', 1)[0]
+    for switch, other in (("DPR_NO_BF16", "DPR_FORCE_BF16"), ("DPR_FORCE_BF16", "DPR_NO_BF16")):
+        env = {k: v for k, v in os.environ.items() if k not in ("DPR_NO_BF16", "DPR_FORCE_BF16")}
+        out = subprocess.run([sys.executable, "-c", code], env={**env, switch: "1"}, capture_output=True,
+                             text=True, timeout=120, check=True).stdout.strip()
+        assert out == other

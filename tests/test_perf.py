@@ -8,6 +8,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from dpr.models.inference import autocast_context as inference_autocast
+from dpr.perf.cpu import cpu_has_native_bf16
+from dpr.reader.model import autocast_context as reader_autocast
+from dpr.training.trainer import resolve_precision
 from dpr.perf import cpu_flags, cpu_supports_bf16, encoder_forward_flops, matmul_peak_gflops, mfu, total_flops
 from dpr.perf.report import bench_report, format_table, row
 
@@ -43,9 +47,31 @@ def test_peak_refuses_unknown_precision():
 
 
 def test_no_bf16_override(monkeypatch):
+    monkeypatch.delenv("DPR_FORCE_BF16", raising=False)
     monkeypatch.setenv("DPR_NO_BF16", "1")
     assert cpu_supports_bf16() is False
     assert isinstance(cpu_flags(), tuple)
+
+
+def test_force_bf16_override_makes_auto_take_the_bf16_path(monkeypatch):
+    """``DPR_FORCE_BF16=1`` is the other direction: ``auto`` means bf16 on any CPU (emulated where the CPU
+    has no native bf16), in every place that resolves ``auto`` (training, inference, the reader)."""
+    monkeypatch.delenv("DPR_NO_BF16", raising=False)
+    monkeypatch.setenv("DPR_FORCE_BF16", "1")
+    assert cpu_supports_bf16() is True
+    assert resolve_precision("auto", torch.device("cpu")) == "bf16"
+    assert reader_autocast("auto")[1] == "bf16"
+    with inference_autocast(torch.device("cpu"), "auto"):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    monkeypatch.setenv("DPR_FORCE_BF16", "0")  # "0" and "" mean unset, as for DPR_NO_BF16
+    assert cpu_supports_bf16() is cpu_has_native_bf16()
+
+
+def test_both_precision_switches_are_refused(monkeypatch):
+    monkeypatch.setenv("DPR_NO_BF16", "1")
+    monkeypatch.setenv("DPR_FORCE_BF16", "1")
+    with pytest.raises(ValueError, match="DPR_NO_BF16 and DPR_FORCE_BF16 are both set"):
+        cpu_supports_bf16()
 
 
 def test_report_interface():
