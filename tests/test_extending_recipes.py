@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -19,37 +19,17 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 BIN = Path(sys.executable).parent
 
-# The loss module of docs/extending.md, "A new loss" (verbatim).
-SCALED_NLL = '''\
-"""DPR's softmax NLL times a constant: the smallest loss that is not one of dpr's own."""
-
-from __future__ import annotations
-
-import torch
-
-from dpr.losses.base import LossOutput, PairMasks, Similarity, loss_output, score_pool
-from dpr.losses.softmax_nll import masked_softmax_nll
+DOC = REPO / "docs" / "extending.md"
 
 
-class ScaledNLL:
-    name = "scaled_nll"
-
-    def __init__(self, scale: float = 1.0) -> None:
-        if scale <= 0:
-            raise ValueError(f"loss.scale must be > 0, got {scale}")
-        self.scale = float(scale)
-
-    def __call__(self, q: torch.Tensor, p: torch.Tensor, masks: PairMasks, similarity: Similarity,
-                 gather: bool = True) -> LossOutput:
-        scores, masks = score_pool(q, p, masks, similarity, gather)  # gathers the pool under DDP, checks masks
-        return loss_output(self.scale * masked_softmax_nll(scores, masks).mean(), scores, masks)
-'''
-
-SCALED_NLL_YAML = """\
-# DPR's softmax NLL times `scale` (my_losses/scaled_nll.py)
-_target_: my_losses.scaled_nll.ScaledNLL
-scale: 1.0
-"""
+def doc_block(section: str, lang: str, n: int = 0) -> str:
+    """The ``n``-th fenced ``lang`` block under ``## <section>`` of docs/extending.md, as the reader copies it."""
+    text = DOC.read_text(encoding="utf-8")
+    m = re.search(rf"^## {re.escape(section)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert m, f"docs/extending.md has no section {section!r}"
+    blocks = re.findall(rf"^```{lang}\n(.*?)^```$", m.group(1), re.S | re.M)
+    assert len(blocks) > n, f"docs/extending.md, {section!r}: fewer than {n + 1} {lang} blocks"
+    return blocks[n]
 
 
 def _env(*pythonpath: Path) -> dict:
@@ -87,10 +67,10 @@ def test_recipe_new_loss_module_and_yaml_train_the_tiny_model(tiny_model_dir, ti
     pkg = tmp_path / "src" / "my_losses"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "scaled_nll.py").write_text(SCALED_NLL)
+    (pkg / "scaled_nll.py").write_text(doc_block("A new loss", "python"))
     conf = tmp_path / "myconf"
     (conf / "loss").mkdir(parents=True)
-    (conf / "loss" / "scaled_nll.yaml").write_text(SCALED_NLL_YAML)
+    (conf / "loss" / "scaled_nll.yaml").write_text(doc_block("A new loss", "yaml"))
     _tiny_data_conf(conf)
     env = _env(tmp_path / "src")
     model = ["model=tiny", f"model.name={tiny_model_dir}"]
@@ -119,19 +99,11 @@ def test_recipe_new_model_preset_is_a_yaml_in_conf_model(tiny_model_dir, tiny_da
     ``model=<name>`` builds that model (pooling, projection, prefixes saved with the run)."""
     conf = tmp_path / "myconf"
     (conf / "model").mkdir(parents=True)
-    (conf / "model" / "tiny_cls128.yaml").write_text(textwrap.dedent(f"""\
-        # a tiny BERT with CLS pooling, a 16-d projection and e5-style prefixes
-        name: {tiny_model_dir}
-        shared: false
-        pooling: cls
-        projection_dim: 16
-        similarity: dot
-        temperature: 1.0
-        question_max_length: 32
-        passage_max_length: 64
-        question_prefix: "query: "
-        passage_prefix: "passage: "
-        """))
+    preset = doc_block("A new model preset", "yaml")
+    assert "\nname: /path/to/encoder" in "\n" + preset
+    # the page's preset with `name:` pointed at the tiny model, every other line as written
+    preset = re.sub(r"^name: .*$", f"name: {tiny_model_dir}", preset, count=1, flags=re.M)
+    (conf / "model" / "tiny_cls128.yaml").write_text(preset)
     _tiny_data_conf(conf)
     out = tmp_path / "run"
     env = _env()
@@ -154,62 +126,6 @@ def test_recipe_new_model_preset_is_a_yaml_in_conf_model(tiny_model_dir, tiny_da
     assert "poolin" in proc.stderr
 
 
-# The recipe module of docs/extending.md, "A new dataset recipe" (verbatim).
-FAQ_RECIPE = '''\
-"""faq: a TSV of (question, answer, passage) rows as QA data; a seeded tenth of the passages' questions
-become dev, another tenth test (split by passage, so no test passage is trained on)."""
-
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Mapping
-
-from dpr.data.passages import write_passages
-from dpr.data.prepare.common import seeded_split
-from dpr.data.qa import QAPair, write_qa_tsv
-from dpr.data.retriever_json import make_ctx, write_retriever_json
-from dpr.errors import DataError
-
-KIND = "qa"
-VERSION = 1
-SOURCES: dict[str, str] = {}          # registry names (data/registry.yaml); none: a local file, below
-DEFAULTS = {"path": None, "seed": 13, "dev_fraction": 0.1, "test_fraction": 0.1}
-
-
-def local_sources(cfg: Mapping) -> dict[str, Path]:
-    if not cfg.get("path"):
-        raise DataError("data config", "the faq recipe needs data.path=<tsv>", field="path")
-    return {"faq": Path(str(cfg["path"])).expanduser()}
-
-
-def build(cfg: dict, files: dict[str, Path], out: Path) -> dict:
-    rows = []
-    with open(files["faq"], encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.rstrip("\\n").split("\\t")
-            if len(parts) != 3 or not all(p.strip() for p in parts):
-                raise DataError(files["faq"], "expected question<TAB>answer<TAB>passage", line=lineno)
-            rows.append(tuple(p.strip() for p in parts))
-    pid = {}
-    for _, _, passage in rows:
-        pid.setdefault(passage, f"faq-{len(pid)}")
-    fractions = {"dev": cfg["dev_fraction"], "test": cfg["test_fraction"],
-                 "train": 1.0 - cfg["dev_fraction"] - cfg["test_fraction"]}
-    split_of = {p: s for s, ps in seeded_split(sorted(pid.values()), fractions, int(cfg["seed"])).items() for p in ps}
-    examples = {"train": [], "dev": [], "test": []}
-    for question, answer, passage in rows:
-        examples[split_of[pid[passage]]].append({
-            "question": question, "answers": [answer], "positive_ctxs": [make_ctx(pid[passage], "", passage)],
-            "negative_ctxs": [], "hard_negative_ctxs": []})
-    write_passages(out / "passages.tsv", ((i, text, "") for text, i in pid.items()))
-    write_retriever_json(out / "train.json", examples["train"])
-    write_retriever_json(out / "dev.json", examples["dev"])
-    for split in ("dev", "test"):
-        write_qa_tsv(out / f"{split}.qa.tsv", [QAPair(e["question"], e["answers"]) for e in examples[split]])
-    return {"counts": {"passages": len(pid), "questions": {s: len(e) for s, e in examples.items()}}}
-'''
-
-
 def _write_faq(path: Path, n: int = 40) -> Path:
     topics = ["honolulu", "paris", "berlin", "everest", "pacific", "atp", "boiling", "photosynthesis", "rome", "nile"]
     with open(path, "w", encoding="utf-8") as f:
@@ -223,8 +139,6 @@ def test_recipe_new_dataset_recipe_prepares_and_trains(tiny_model_dir, tmp_path,
     """docs/extending.md "A new dataset recipe": a module with KIND/VERSION/SOURCES/DEFAULTS/build (and
     local_sources), one entry in ``dpr.data.prepare.RECIPES``; ``prepare_dataset`` builds the layout every
     command reads, a rerun is a no-op, a new VERSION rebuilds, and the trainer trains on it."""
-    import importlib
-
     from dpr.data import prepare as prep
     from dpr.data.dataset import DatasetPaths
     from dpr.data.passages import iter_passages
@@ -233,15 +147,19 @@ def test_recipe_new_dataset_recipe_prepares_and_trains(tiny_model_dir, tmp_path,
     from dpr.training.trainer import train
 
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "faq.py").write_text(FAQ_RECIPE)
+    (tmp_path / "src" / "faq.py").write_text(doc_block("A new dataset recipe", "python", 0))
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
-    faq = importlib.import_module("faq")
-    monkeypatch.setitem(prep.RECIPES, "faq", faq)  # the one line docs/extending.md adds to RECIPES
-
+    monkeypatch.delitem(sys.modules, "faq", raising=False)
+    monkeypatch.setattr(prep, "RECIPES", dict(prep.RECIPES))  # the page's registration, undone after the test
+    monkeypatch.chdir(tmp_path)
     source = _write_faq(tmp_path / "faq.tsv")
-    cfg = {"name": "myfaq", "recipe": "faq", "kind": "qa", "path": str(source)}
-    root = prep.prepare_dataset(cfg, tmp_path / "prepared")
-    assert root == tmp_path / "prepared" / "myfaq"
+
+    # the page's registration snippet, run as written (relative paths: faq.tsv, data/prepared)
+    exec(compile(doc_block("A new dataset recipe", "python", 1), "docs/extending.md", "exec"), {})
+    faq = sys.modules["faq"]
+    assert prep.RECIPES["faq"] is faq
+    root = tmp_path / "data" / "prepared" / "myfaq"
+    cfg = {"name": "myfaq", "recipe": "faq", "kind": "qa", "path": "faq.tsv"}
     ds = DatasetPaths(root)
     assert ds.kind == "qa"
     meta = ds.read_meta()
@@ -256,10 +174,10 @@ def test_recipe_new_dataset_recipe_prepares_and_trains(tiny_model_dir, tmp_path,
     assert not train_pids & dev_pids  # split by passage
 
     stamp = (root / "meta.json").stat().st_mtime_ns
-    prep.prepare_dataset(cfg, tmp_path / "prepared")  # same recipe, config and source: up to date
+    prep.prepare_dataset(cfg, "data/prepared")  # same recipe, config and source: up to date
     assert (root / "meta.json").stat().st_mtime_ns == stamp
     monkeypatch.setattr(faq, "VERSION", 2)
-    prep.prepare_dataset(cfg, tmp_path / "prepared")  # "bump VERSION when its output changes": rebuilt
+    prep.prepare_dataset(cfg, "data/prepared")  # "bump VERSION when its output changes": rebuilt
     assert ds.read_meta()["recipe_version"] == 2
 
     bad = tmp_path / "bad.tsv"
@@ -267,14 +185,14 @@ def test_recipe_new_dataset_recipe_prepares_and_trains(tiny_model_dir, tmp_path,
     from dpr.errors import DataError
 
     with pytest.raises(DataError, match=r"bad\.tsv:1"):
-        prep.prepare_dataset({**cfg, "name": "bad", "path": str(bad)}, tmp_path / "prepared")
-    assert not (tmp_path / "prepared" / "bad").exists()  # built aside: nothing half-written
+        prep.prepare_dataset({**cfg, "name": "bad", "path": str(bad)}, "data/prepared")
+    assert not (tmp_path / "data" / "prepared" / "bad").exists()  # built aside: nothing half-written
 
     summary = train({
         "model": {"name": str(tiny_model_dir), "pooling": "mean", "question_max_length": 32, "passage_max_length": 64},
         "data": {"name": "myfaq", "kind": "qa"}, "logger": {"type": "none"},
         "train": {"batch_size": 4, "hard_negatives": 0, "max_steps": 2, "lr": 1e-3, "warmup_ratio": 0.0,
                   "print_every": 1000, "val_batch_size": 8, "precision": "fp32", "save_every": 0},
-        "data_dir": str(tmp_path / "prepared"), "output_dir": str(tmp_path / "run"), "seed": 7,
+        "data_dir": str(tmp_path / "data" / "prepared"), "output_dir": str(tmp_path / "run"), "seed": 7,
     })
     assert summary["steps"] == 2 and (tmp_path / "run" / "biencoder.json").is_file()
