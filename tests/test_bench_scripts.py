@@ -34,6 +34,7 @@ def _check(rep: dict, precisions: set[str]) -> None:
 def test_bench_encode_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch, avx512):
     import dpr.perf.cpu as perf_cpu
 
+    monkeypatch.delenv("DPR_FORCE_BF16", raising=False)
     monkeypatch.setenv("DPR_NO_BF16", "1")  # the "CPU without bf16" path: fp32 and int8 rows
     monkeypatch.setattr(perf_cpu, "cpu_has_avx512", lambda: avx512)  # auto's runtime follows it
     out = tmp_path / "encode.json"
@@ -62,6 +63,7 @@ def test_bench_encode_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch,
 
 
 def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("DPR_FORCE_BF16", raising=False)
     monkeypatch.setenv("DPR_NO_BF16", "1")
     out = tmp_path / "train.json"
     _script("bench_train").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),

@@ -125,6 +125,7 @@ def test_vectors_training_saves_under_auto_are_what_encode_under_auto_computes(t
     np.testing.assert_allclose(stored, fresh, atol=3e-2 if bf16 else 1e-3)
 
 
+@pytest.mark.precision  # compares numbers under auto: runs under both rules in .ci/run
 def test_start_vectors_from_a_directory_of_other_weights_name_it(tiny_model_dir, tiny_data_dir, tmp_path):
     trained = tmp_path / "trained"
     train(tiny_cfg(tiny_model_dir, tiny_data_dir, trained, max_steps=4, lr=1e-2, validate=False))

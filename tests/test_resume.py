@@ -83,6 +83,7 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None
         assert torch.allclose(a[k], b[k], rtol=0, atol=1e-6), k
 
 
+@pytest.mark.precision  # compares numbers under auto: runs under both rules in .ci/run
 @pytest.mark.parametrize("precision", ["fp32", "auto"])
 def test_killed_and_resumed_run_matches_uninterrupted(tiny_model_dir, tiny_data_dir, tmp_path, precision):
     full, crashed = tmp_path / "full", tmp_path / "crashed"

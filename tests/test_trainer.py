@@ -110,6 +110,7 @@ def test_train_config_rejects_unknown_keys_and_bad_values():
 # ---------------------------------------------------------------- training
 
 
+@pytest.mark.precision  # compares numbers under auto: runs under both rules in .ci/run
 def test_same_seed_same_losses(tiny_model_dir, tiny_data_dir, tmp_path):
     a = train(tiny_cfg(tiny_model_dir, tiny_data_dir, tmp_path / "a", max_steps=3, validate=False))
     b = train(tiny_cfg(tiny_model_dir, tiny_data_dir, tmp_path / "b", max_steps=3, validate=False))
@@ -122,6 +123,7 @@ def test_same_seed_same_losses(tiny_model_dir, tiny_data_dir, tmp_path):
     assert b["steps"] == c["steps"] == 3
 
 
+@pytest.mark.precision  # compares numbers under auto: runs under both rules in .ci/run
 def test_loss_decreases_and_best_weights_are_saved(tiny_model_dir, tiny_data_dir, tmp_path):
     out = tmp_path / "run"
     summary = train(tiny_cfg(tiny_model_dir, tiny_data_dir, out, max_steps=30, hard_negatives=1, lr=2e-3,
@@ -153,6 +155,7 @@ def test_loss_decreases_and_best_weights_are_saved(tiny_model_dir, tiny_data_dir
     assert saved["steps"] == 30 and saved["best_step"] == best["step"] and saved["wall_time_s"] > 0
 
 
+@pytest.mark.precision  # compares numbers under auto: runs under both rules in .ci/run
 def test_validate_at_start_records_the_starting_weights(tiny_model_dir, tiny_data_dir, tmp_path):
     out = tmp_path / "run"
     summary = train(tiny_cfg(tiny_model_dir, tiny_data_dir, out, max_steps=2, validate_at_start=True))
