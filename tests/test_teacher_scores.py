@@ -302,3 +302,24 @@ def test_tiny_kl_distill_training_with_a_scores_file_learns(tiny_model_dir, tiny
     assert sum(losses[-2:]) < 0.7 * sum(losses[:2]), losses
     assert summary["steps"] == 12
     assert (tiny_data_dir / "tiny" / "teacher_scores.denoise.json").is_file()
+
+
+def test_each_rank_gets_its_rows_of_the_one_process_teacher_scores(tiny):
+    """Under DDP every rank builds its questions' rows against the global pool from the same file: the
+    ranks' rows stacked are the single process's scores (NaNs at the same places)."""
+    score(tiny)
+    teacher = ScoreFileTeacher(read_teacher_scores(tiny / SCORES_FILE))
+    examples = json.loads((tiny / "train.json").read_text())
+
+    def rows(rank, world):
+        b = TrainBatches(examples, None, batch_size=4 // world, hard_negatives=2, question_max_length=8,
+                         passage_max_length=8, seed=1, rank=rank, world_size=world, teacher=teacher,
+                         mask_answers=False)
+        everyone = b.global_items(0, 1)
+        return b.masks(everyone, [it.as_question() for it in b.items(0, 1)]).teacher
+
+    one = rows(0, 1)
+    two = torch.cat([rows(0, 2), rows(1, 2)])
+    assert one.shape == two.shape == (4, 12)
+    assert torch.equal(torch.isnan(one), torch.isnan(two))
+    assert torch.equal(torch.nan_to_num(one), torch.nan_to_num(two)) and not torch.isnan(one).all()
