@@ -323,3 +323,18 @@ def test_each_rank_gets_its_rows_of_the_one_process_teacher_scores(tiny):
     assert one.shape == two.shape == (4, 12)
     assert torch.equal(torch.isnan(one), torch.isnan(two))
     assert torch.equal(torch.nan_to_num(one), torch.nan_to_num(two)) and not torch.isnan(one).all()
+
+
+def test_prepare_teacher_picks_the_teacher_the_loss_declares(tiny):
+    from dpr.losses import LexicalDistillLoss, MarginMSELoss
+    from dpr.training.teacher import BM25Teacher
+
+    score(tiny)
+    args = (tiny, tiny / "passages.tsv", tiny / "train.json", [])
+    assert isinstance(prepare_teacher(LexicalDistillLoss(), TrainConfig(), *args).teacher, BM25Teacher)
+    run = prepare_teacher(MarginMSELoss(), TrainConfig(teacher_scores=str(tiny / SCORES_FILE)), *args)
+    assert isinstance(run.teacher, ScoreFileTeacher) and run.fingerprint["teacher_scores"]["data"].startswith("sha256:")
+    assert prepare_teacher(object(), TrainConfig(), *args) == (None, [], {})  # no teacher, no file read
+    odd = type("Odd", (), {"teacher": "oracle"})()
+    with pytest.raises(ValueError, match="'oracle' teacher; known: bm25, scores"):
+        prepare_teacher(odd, TrainConfig(), *args)

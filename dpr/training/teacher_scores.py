@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from dpr.atomic import atomic_path, sha256_file, write_json_atomic
+from dpr.atomic import atomic_path, path_lock, sha256_file, write_json_atomic
 from dpr.data.retriever_json import read_retriever_json, relevant_ids
 from dpr.errors import DataError
 
@@ -216,8 +216,15 @@ def score_candidates(
     if not teacher_fingerprint:
         raise ValueError("score_candidates needs a teacher_fingerprint (e.g. model_fingerprint(<teacher dir>))")
     out, train_json = Path(out), Path(train_json)
+    with path_lock(out):  # a second writer of the same file waits, then finds it finished
+        return _score_candidates(scorer, train_json, out, str(teacher_fingerprint), max_negatives, chunk_size,
+                                 overwrite)
+
+
+def _score_candidates(scorer: Scorer, train_json: Path, out: Path, teacher_fingerprint: str, max_negatives: int,
+                      chunk_size: int, overwrite: bool) -> dict:
     examples = read_retriever_json(train_json)
-    expected = {"format": FORMAT, "teacher": str(teacher_fingerprint), "data": "sha256:" + sha256_file(train_json),
+    expected = {"format": FORMAT, "teacher": teacher_fingerprint, "data": "sha256:" + sha256_file(train_json),
                 "candidates": candidates_fingerprint(examples, max_negatives), "max_negatives": int(max_negatives)}
     parts = parts_dir(out)
     found = read_manifest(out)
