@@ -53,13 +53,16 @@ class ScoreFileTeacher:
         self.store = store
 
     def scores(self, questions: Sequence[str], passage_ids: Sequence[str]) -> torch.Tensor:
-        # a question has a few scored passages, a pool up to a whole corpus: walk the question's scores
+        # a question has a few scored passages, a pool up to a whole corpus: map only the scored ones
+        rows = [self.store.by_question.get(q, {}) for q in questions]
+        needed = set().union(*rows) if rows else set()
         cols: dict[str, list[int]] = {}
         for j, pid in enumerate(passage_ids):
-            cols.setdefault(pid, []).append(j)  # one passage may sit twice in a pool (positive and negative)
+            if pid in needed:
+                cols.setdefault(pid, []).append(j)  # one passage may sit twice in a pool (positive and negative)
         out = torch.full((len(questions), len(passage_ids)), float("nan"), dtype=torch.float32)
-        for i, q in enumerate(questions):
-            for pid, s in self.store.by_question.get(q, {}).items():
+        for i, row in enumerate(rows):
+            for pid, s in row.items():
                 for j in cols.get(pid, ()):
                     out[i, j] = s
         return out
