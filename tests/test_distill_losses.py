@@ -170,7 +170,8 @@ def test_missing_teacher_scores_are_one_clear_error(cls):
         cls()(torch.tensor(Q), torch.tensor(P), m, dot)
 
 
-@pytest.mark.parametrize("kwargs,key", [({"kl_weight": -1}, "kl_weight"), ({"teacher_temperature": 0}, "teacher_temperature"),
+@pytest.mark.parametrize("kwargs,key", [({"kl_weight": -1}, "kl_weight"),
+                                        ({"teacher_temperature": 0}, "teacher_temperature"),
                                         ({"student_temperature": -1}, "student_temperature"),
                                         ({"nll_weight": -0.1}, "nll_weight")])
 def test_kl_distill_refuses_bad_settings(kwargs, key):

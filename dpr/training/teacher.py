@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Sequence
 
 import torch
 
+from dpr.training.denoise import denoise_examples, write_denoise_counts
 from dpr.training.teacher_scores import SCORES_FILE, TeacherScores, read_teacher_scores, score_summary
 
 
@@ -89,8 +90,6 @@ def prepare_teacher(loss, tc, dataset_root: str | Path, passages: str | Path, tr
     ``tc.teacher_denoise``, the examples without the negatives the teacher scores near or above the
     positive (counts written beside the scores file when ``write_counts``). A scores file made for
     another training file is refused."""
-    from dpr.training.denoise import denoise_examples, write_denoise_counts
-
     kind = getattr(loss, "teacher", None)
     if kind not in (None, "bm25", "scores"):
         raise ValueError(f"loss {type(loss).__name__} wants a {kind!r} teacher; known: bm25, scores")
