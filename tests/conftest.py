@@ -158,3 +158,36 @@ def tiny_data_dir(tmp_path) -> Path:
     """``<tmp>/data`` holding one dataset ``tiny`` (the layout `data_dir/<name>/`)."""
     write_tiny_dataset(tmp_path / "data" / "tiny")
     return tmp_path / "data"
+
+
+def overlap_scorer(questions, passages):
+    """A tiny deterministic teacher for tests: shared words of question and title + text (a lexical
+    cross-encoder stand-in), minus a length penalty so ties are rare."""
+    out = []
+    for q, p in zip(questions, passages):
+        words = f"{p.get('title') or ''} {p['text']}".lower().replace(",", " ").replace(".", " ").split()
+        out.append(len(set(q.lower().split()) & set(words)) - 0.01 * len(words))
+    return out
+
+
+def add_tiny_hard_negatives(root: Path, per_question: int = 3) -> None:
+    """Give each tiny training question ``per_question`` hard negatives (the next passages in order), so a
+    teacher has candidates to rank besides the positive."""
+    by_id = {pid: (text, title) for pid, text, title in TINY_PASSAGES}
+    ids = [pid for pid, _, _ in TINY_PASSAGES]
+    examples = json.loads((root / "train.json").read_text(encoding="utf-8"))
+    for ex in examples:
+        k = ids.index(ex["positive_ctxs"][0]["passage_id"])
+        ex["hard_negative_ctxs"] = [
+            {"passage_id": pid, "title": by_id[pid][1], "text": by_id[pid][0]}
+            for pid in (ids[(k + d) % len(ids)] for d in range(1, per_question + 1))]
+    (root / "train.json").write_text(json.dumps(examples, indent=1), encoding="utf-8")
+
+
+def write_tiny_teacher_scores(root: Path) -> Path:
+    """``root/teacher_scores.jsonl`` (+ manifest) of the tiny dataset, scored by :func:`overlap_scorer`."""
+    from dpr.training.teacher_scores import SCORES_FILE, score_candidates
+
+    add_tiny_hard_negatives(root)
+    score_candidates(overlap_scorer, root / "train.json", root / SCORES_FILE, teacher_fingerprint="test:overlap")
+    return root / SCORES_FILE

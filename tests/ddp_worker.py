@@ -33,17 +33,29 @@ MODEL_KW = dict(projection_dim=8, similarity="cosine", temperature=0.1)
 # Each loss runs through the same steps; hinge is the non-default one whose equalities must hold too.
 LOSSES = {"softmax_nll": {"_target_": "dpr.losses.SoftmaxNLLLoss"},
           "symmetric_nll": {"_target_": "dpr.losses.SymmetricSoftmaxNLLLoss", "passage_weight": 0.7},
-          "hinge": {"_target_": "dpr.losses.HingeLoss", "margin": 0.5}}
+          "hinge": {"_target_": "dpr.losses.HingeLoss", "margin": 0.5},
+          "kl_distill": {"_target_": "dpr.losses.KLDistillLoss", "nll_weight": 0.5, "teacher_temperature": 2.0,
+                         "student_temperature": 0.5},
+          "margin_mse": {"_target_": "dpr.losses.MarginMSELoss", "teacher_scale": 0.5}}
+NAN = float("nan")
+# A teacher's scores of every (question, pool passage) pair; NaN = not scored. Rank 1's questions score
+# rank 0's passages and the other way round, so a rank must see the scores of the global pool's columns.
+TEACHER = [[5.0, 1.0, 2.0, 0.5, NAN, 3.0, NAN, 0.0],
+           [NAN, 2.0, 6.0, 1.0, 0.5, NAN, 4.0, NAN],
+           [1.0, NAN, 0.0, 2.5, 7.0, 1.5, NAN, 3.0],
+           [3.5, 0.0, NAN, 1.0, 2.0, NAN, 8.0, 1.0]]
 
 
 def global_masks():
     """Question i's positive is passage 2i; two false negatives masked (question 0 <-> passage 3 and
-    question 3 <-> passage 0), so the masks' rows must follow each rank's questions."""
+    question 3 <-> passage 0), so the masks' rows must follow each rank's questions; the teacher's
+    scores (for the distillation losses) travel in the same rows."""
     from dpr.losses import PairMasks
 
     m = PairMasks.dpr_layout(len(QUESTIONS), PER_Q)
     m.ignore[0, 3] = True
     m.ignore[3, 0] = True
+    m.teacher = torch.tensor(TEACHER)
     return m
 
 
@@ -51,7 +63,8 @@ def rank_masks(rank: int, world: int):
     from dpr.losses import PairMasks
 
     m, nq = global_masks(), len(QUESTIONS) // world
-    return PairMasks(m.positive[rank * nq:(rank + 1) * nq], m.ignore[rank * nq:(rank + 1) * nq])
+    rows = slice(rank * nq, (rank + 1) * nq)
+    return PairMasks(m.positive[rows], m.ignore[rows], m.teacher[rows])
 
 
 def build(model_dir: str):

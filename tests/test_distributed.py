@@ -86,7 +86,11 @@ def test_two_processes_match_one_process(ddp_run, tiny_model_dir, loss_name, ste
         got = load_file(str(ddp_run / f"rank{r}_{loss_name}_{step}.safetensors"))
         assert got.keys() == ref_grads.keys() and len(got) > 10
         for name, g in ref_grads.items():
-            assert torch.allclose(got[name], g, atol=1e-5, rtol=1e-5), (r, name, (got[name] - g).abs().max())
+            # relative to the tensor's scale, not each element's: fp32 summation-order noise in a tensor
+            # that sums many tokens' gradients (embeddings) is ~1e-6 of its largest entry (margin_mse's
+            # squared margins give gradients ~15); a wrong gather or scaling is off by O(1)
+            err = (got[name] - g).abs().max().item()
+            assert err <= 1e-5 + 1e-5 * g.abs().max().item(), (r, name, err)
 
 
 def test_gather_helpers_with_unequal_sizes(ddp_run):

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 import torch
 
-from dpr.losses import HingeLoss, PairMasks, SoftmaxNLLLoss
+from dpr.losses import HingeLoss, KLDistillLoss, MarginMSELoss, PairMasks, SoftmaxNLLLoss
 from dpr.models import BiEncoderConfig, build_biencoder
 from dpr.models.length_buckets import length_order, restore_order
 from dpr.training import grad_cache
@@ -24,6 +24,11 @@ PASSAGES = [  # pos_i, hn_i per question
     "The Pacific Ocean is the largest and deepest of Earth's oceans, covering a third of the surface.",
     "Water boils at 100 degrees.",
 ]
+NAN = float("nan")
+TEACHER = [[5.0, 1.0, 2.0, 0.5, NAN, 3.0, NAN, 0.0],  # a teacher's scores of the pairs (NaN: not scored)
+           [NAN, 2.0, 6.0, 1.0, 0.5, NAN, 4.0, NAN],
+           [1.0, NAN, 0.0, 2.5, 7.0, 1.5, NAN, 3.0],
+           [3.5, 0.0, NAN, 1.0, 2.0, NAN, 8.0, 1.0]]
 
 
 def setup(tiny_model_dir, loss=None, **kw):
@@ -31,6 +36,7 @@ def setup(tiny_model_dir, loss=None, **kw):
     loss = loss or SoftmaxNLLLoss()
     masks = PairMasks.dpr_layout(len(QUESTIONS), 2)
     masks.ignore[0, 3] = True  # one masked pair: the masks must reach the loss in both steps
+    masks.teacher = torch.tensor(TEACHER)  # for the distillation losses
     model, tok = build_biencoder(BiEncoderConfig(name=str(tiny_model_dir), projection_dim=8, **kw))
     q = dict(tok(QUESTIONS, padding="longest", return_tensors="pt"))
     p = dict(tok(PASSAGES, padding="longest", return_tensors="pt"))
@@ -53,7 +59,9 @@ def assert_same_grads(a, b, atol=1e-5):
         assert torch.allclose(a[name], b[name], atol=atol, rtol=1e-5), (name, (a[name] - b[name]).abs().max())
 
 
-@pytest.mark.parametrize("loss", [SoftmaxNLLLoss(), HingeLoss(0.5)], ids=["softmax_nll", "hinge"])
+@pytest.mark.parametrize("loss", [SoftmaxNLLLoss(), HingeLoss(0.5), KLDistillLoss(nll_weight=0.5, teacher_temperature=2.0),
+                                  MarginMSELoss(teacher_scale=0.5)],
+                         ids=["softmax_nll", "hinge", "kl_distill", "margin_mse"])
 @pytest.mark.parametrize("chunk_size", [1, 3])
 def test_same_gradients_as_standard_step_without_dropout(tiny_model_dir, chunk_size, loss):
     model, q, p, loss_fn = setup(tiny_model_dir, loss)

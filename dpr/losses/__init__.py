@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from dpr.losses.base import LossOutput, PairMasks, gather_passages, loss_output, rank_stats, score_pool
+from dpr.losses.base import (LossOutput, PairMasks, gather_passages, loss_output, rank_stats, score_pool,
+                             teacher_scored)
 from dpr.losses.hinge import HingeLoss
+from dpr.losses.kl_distill import KLDistillLoss
 from dpr.losses.lexical_distill import LexicalDistillLoss
+from dpr.losses.margin_mse import MarginMSELoss
 from dpr.losses.softmax_nll import SoftmaxNLLLoss, masked_softmax_nll
 from dpr.losses.symmetric_nll import SymmetricSoftmaxNLLLoss
 
 __all__ = ["LossOutput", "PairMasks", "SoftmaxNLLLoss", "SymmetricSoftmaxNLLLoss", "HingeLoss", "LexicalDistillLoss",
-           "build_loss", "gather_passages", "masked_softmax_nll", "rank_stats", "score_pool", "loss_output"]
+           "KLDistillLoss", "MarginMSELoss", "build_loss", "gather_passages", "masked_softmax_nll", "rank_stats",
+           "score_pool", "loss_output", "teacher_scored"]
 
 
 def build_loss(cfg: Mapping[str, Any] | None):

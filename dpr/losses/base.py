@@ -47,7 +47,8 @@ class LossOutput:
 class PairMasks:
     """Boolean ``[B, N]`` masks over (question, candidate) pairs (a pair may not be both positive and
     ignored: :meth:`validate`), and optionally a teacher's ``[B, N]`` scores of the same pairs (for
-    distillation losses, e.g. BM25's as a lexical teacher)."""
+    distillation losses, e.g. BM25's as a lexical teacher, or a cross-encoder's from a scores file);
+    NaN marks a pair the teacher did not score (:func:`teacher_scored`)."""
 
     positive: torch.Tensor
     ignore: torch.Tensor
@@ -84,6 +85,16 @@ class PairMasks:
             teacher = torch.cat([self.teacher, other.teacher], 1)
         return PairMasks(torch.cat([self.positive, other.positive], 1), torch.cat([self.ignore, other.ignore], 1),
                          teacher)
+
+
+def teacher_scored(masks: PairMasks, name: str) -> torch.Tensor:
+    """``[B, N]`` booleans: pairs with a teacher score (not NaN) that are not ignored -- the pairs a
+    distillation term may use. ``name`` (the loss) goes into the error when the scores are missing."""
+    if masks.teacher is None or tuple(masks.teacher.shape) != tuple(masks.positive.shape):
+        got = None if masks.teacher is None else tuple(masks.teacher.shape)
+        raise ValueError(f"loss {name} needs the teacher's scores of the (question, candidate) pairs "
+                         f"({tuple(masks.positive.shape)}), got {got}: set train.teacher_scores")
+    return ~torch.isnan(masks.teacher) & ~masks.ignore
 
 
 def gather_passages(p: torch.Tensor, gather: bool = True) -> torch.Tensor:

@@ -84,6 +84,10 @@ class TrainConfig:
     val_corpus_max_passages: int = 500_000
     best_metric: str = "auto"            # picks the saved weights (*rank*/*loss*: lower is better);
                                          # auto: ndcg@10 on qrels data, avg_rank on QA data
+    # --- teacher scores (dpr/training/teacher_scores.py: e.g. a cross-encoder's, for loss=kl_distill|margin_mse)
+    teacher_scores: str = ""             # the scores file ("": <data_dir>/<name>/teacher_scores.jsonl where needed)
+    teacher_denoise: bool = False        # drop hard negatives the teacher scores above (positive - margin)
+    teacher_denoise_margin: float = 0.0  # in teacher-score units, >= 0 (dpr/training/denoise.py)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":

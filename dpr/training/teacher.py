@@ -1,17 +1,27 @@
-"""Teacher scores of (question, passage) pairs for distillation losses: BM25 as a lexical teacher.
+"""Teacher scores of (question, passage) pairs for distillation losses, put in ``masks.teacher``.
 
-A loss that declares ``teacher = "bm25"`` (e.g. :class:`dpr.losses.LexicalDistillLoss`) gets, in
-``masks.teacher``, the BM25 score of every (question, candidate) pair of its pool: in-batch passages and
-cached corpus candidates alike. Scores come from one ``[questions, corpus]`` BM25 matrix per batch
-(:func:`dpr.bm25.search.score_texts`), columns picked by passage id.
+- A loss that declares ``teacher = "bm25"`` (e.g. :class:`dpr.losses.LexicalDistillLoss`) gets the BM25
+  score of every (question, candidate) pair of its pool: in-batch passages and cached corpus candidates
+  alike. Scores come from one ``[questions, corpus]`` BM25 matrix per batch
+  (:func:`dpr.bm25.search.score_texts`), columns picked by passage id.
+- A loss that declares ``teacher = "scores"`` (:class:`dpr.losses.KLDistillLoss`, ``MarginMSELoss``) gets
+  the scores of a teacher-scores file (:mod:`dpr.training.teacher_scores`, e.g. a cross-encoder's):
+  each question's own scored candidates (its positive and hard negatives); every other pair of the pool
+  (another question's passages, topped-up or corpus negatives) is NaN, "not scored".
+
+Every rank builds the masks of its own questions against the global pool, from the same file: the
+scores are consistent across ranks without a gather.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
+
+from dpr.training.denoise import denoise_examples, write_denoise_counts
+from dpr.training.teacher_scores import SCORES_FILE, TeacherScores, read_teacher_scores, score_summary
 
 
 class BM25Teacher:
@@ -35,3 +45,69 @@ class BM25Teacher:
         full = score_texts(self.index, list(questions))
         cols = [self.row[pid] for pid in passage_ids]
         return torch.from_numpy(full[:, cols])
+
+
+class ScoreFileTeacher:
+    """Scores from a teacher-scores file; NaN where the file has no score of the pair."""
+
+    def __init__(self, store: TeacherScores) -> None:
+        self.store = store
+
+    def scores(self, questions: Sequence[str], passage_ids: Sequence[str]) -> torch.Tensor:
+        # a question has a few scored passages, a pool up to a whole corpus: map only the scored ones
+        rows = [self.store.by_question.get(q, {}) for q in questions]
+        needed = set().union(*rows) if rows else set()
+        cols: dict[str, list[int]] = {}
+        for j, pid in enumerate(passage_ids):
+            if pid in needed:
+                cols.setdefault(pid, []).append(j)  # one passage may sit twice in a pool (positive and negative)
+        out = torch.full((len(questions), len(passage_ids)), float("nan"), dtype=torch.float32)
+        for i, row in enumerate(rows):
+            for pid, s in row.items():
+                for j in cols.get(pid, ()):
+                    out[i, j] = s
+        return out
+
+
+class RunTeacher(NamedTuple):
+    """What a training run gets from its teacher settings: the teacher for the masks (or None), the
+    training examples (denoised with ``train.teacher_denoise``), and what the checkpoints' fingerprint
+    must include (the scores file's content)."""
+
+    teacher: Any
+    examples: list[dict]
+    fingerprint: dict
+
+
+def scores_path(tc, dataset_root: str | Path) -> Path:
+    """``train.teacher_scores``, or the dataset's ``teacher_scores.jsonl`` where it is empty."""
+    return Path(tc.teacher_scores) if tc.teacher_scores else Path(dataset_root) / SCORES_FILE
+
+
+def prepare_teacher(loss, tc, dataset_root: str | Path, passages: str | Path, train_file: str | Path,
+                    examples: list[dict], *, write_counts: bool = True) -> RunTeacher:
+    """The teacher ``loss`` declares (``teacher`` = "bm25" | "scores" | absent) and, with
+    ``tc.teacher_denoise``, the examples without the negatives the teacher scores near or above the
+    positive (counts written beside the scores file when ``write_counts``). A scores file made for
+    another training file is refused."""
+    kind = getattr(loss, "teacher", None)
+    if kind not in (None, "bm25", "scores"):
+        raise ValueError(f"loss {type(loss).__name__} wants a {kind!r} teacher; known: bm25, scores")
+    store = None
+    if kind == "scores" or tc.teacher_denoise:
+        path = scores_path(tc, dataset_root)
+        if not path.is_file():
+            why = f"loss {getattr(loss, 'name', type(loss).__name__)}" if kind == "scores" else "train.teacher_denoise"
+            raise FileNotFoundError(f"{path}: no teacher scores, which {why} needs: set train.teacher_scores or "
+                                    "write them with dpr.training.teacher_scores.score_candidates")
+        store = read_teacher_scores(path, train_file)
+    if tc.teacher_denoise:
+        examples, counts = denoise_examples(examples, store, tc.teacher_denoise_margin)
+        if write_counts:
+            write_denoise_counts(store, tc.teacher_denoise_margin, counts)
+    teacher = None
+    if kind == "bm25":
+        teacher = BM25Teacher.for_dataset(passages, Path(dataset_root) / "bm25_index")
+    elif kind == "scores":
+        teacher = ScoreFileTeacher(store)
+    return RunTeacher(teacher, examples, {"teacher_scores": score_summary(store.manifest)} if store else {})

@@ -39,7 +39,7 @@ from dpr.training.grad_cache import make_step
 from dpr.training.loop import Trainer, TrainState
 from dpr.training.metrics_log import MetricsLogger
 from dpr.training.optim import build_optimizer, phased_schedule
-from dpr.training.teacher import BM25Teacher
+from dpr.training.teacher import prepare_teacher
 from dpr.training.validation import Validator, load_corpus
 
 log = logging.getLogger(__name__)
@@ -146,11 +146,9 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     precision = resolve_precision(tc.precision, device)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     loss = build_loss(conf.get("loss"))
-    teacher = None
-    if getattr(loss, "teacher", None) == "bm25":
-        teacher = BM25Teacher.for_dataset(paths.passages, paths.root / "bm25_index")
-    elif getattr(loss, "teacher", None) is not None:
-        raise ValueError(f"loss {type(loss).__name__} wants a {loss.teacher!r} teacher; only bm25 is available")
+    # the loss's teacher (BM25 or a scores file) and, with train.teacher_denoise, the denoised examples
+    run_teacher = prepare_teacher(loss, tc, paths.root, paths.passages, train_file, train_examples, write_counts=main)
+    teacher, train_examples = run_teacher.teacher, run_teacher.examples
 
     batches = TrainBatches(
         train_examples, tokenizer, batch_size=tc.batch_size, hard_negatives=tc.hard_negatives,
@@ -191,7 +189,8 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
                               question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
                               autocast=val_autocast, primary_metric=resolved["best_metric"])
 
-    fingerprint = ckpt.run_fingerprint({**conf, "loss": conf.get("loss")}, dataclasses.asdict(tc), train_file, world)
+    fingerprint = ckpt.run_fingerprint({**conf, "loss": conf.get("loss")},
+                                       {**dataclasses.asdict(tc), **run_teacher.fingerprint}, train_file, world)
     resume_dir = ckpt.resolve_resume(tc.resume, out)
     if resume_dir is not None and ckpt.read_state(resume_dir).get("fingerprint") != fingerprint:
         if str(tc.resume).lower() != "auto":
