@@ -138,6 +138,20 @@ def test_import_export_import_round_trips(tmp_path, fmt):
     assert snapshot(b) == first
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_flagembedding_set_trains_in_sentence_transformers(tmp_path, suffix):
+    # uneven negatives per question: exported as triplets (nothing lost), scores carried along
+    rows = flag_rows()
+    for i, row in enumerate(rows):
+        row.pop("prompt")
+        row["neg"], row["neg_scores"] = row["neg"][: 1 + i % 2], row["neg_scores"][: 1 + i % 2]
+    a = do_import("flagembedding", _write_jsonl(tmp_path / "f.jsonl", rows), tmp_path / "prep", "a")
+    counts = export_dataset(a.root, "sentence_transformers", tmp_path / f"st{suffix}")
+    assert counts["layout"] == "triplet" and counts["with_scores"] and counts["records"] == 15
+    b = do_import("sentence_transformers", tmp_path / f"st{suffix}", tmp_path / "prep", "b")
+    assert snapshot(b) == snapshot(a)
+
+
 def test_tevatron_import_keeps_ids_titles_and_merges_repeats(tmp_path):
     ds = do_import("tevatron", make_source(tmp_path, "tevatron"), tmp_path / "prep", "tev")
     passages = {p["id"]: p for p in iter_passages(ds.passages)}

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from dpr.atomic import write_json_atomic
 from dpr.data.formats.scores import FILE_NAME, write_teacher_scores
@@ -88,6 +89,7 @@ def test_warnings_fire_on_a_bad_set_and_not_on_a_good_one(tmp_path):
         {"question": "who wrote hamlet", "query_id": "a", "split": "train", "passage_ids": ["p0", "p1", "p2"],
          "scores": [0.0, 1.0, 3.0]}])  # the teacher ranks both negatives above the positive
     warnings = dataset_warnings(bad, CFG)
+    assert dataset_warnings(bad, OmegaConf.create(CFG)) == warnings  # dpr-train hands its DictConfig
     text = "\n".join(warnings)
     assert len(warnings) == 4 and all(w.startswith("WARNING: ") for w in warnings)
     assert "25.0% of the training questions have no negative" in text and "threshold 10.0%" in text

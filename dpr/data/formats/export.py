@@ -39,6 +39,9 @@ def export_dataset(root: str | Path, fmt: str, output: str | Path, split: str = 
     for ex in examples:  # QA data has no query ids: the content id the importers would give
         ex.setdefault("query_id", question_id(ex["question"]))
     scores = read_teacher_scores(ds.root / SCORES_FILE)
+    if scores and not FORMATS[fmt].HAS_SCORES:
+        log.warning("%s: the %s format has no place for the %d questions' teacher scores (not written)",
+                    output, fmt, len(scores))
     counts = FORMATS[fmt].write(output, examples, scores)
     if counts.get("dropped_questions"):
         log.warning("%s: %d questions without hard negatives cannot be written in this layout (left out)",
