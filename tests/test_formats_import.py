@@ -358,3 +358,21 @@ def test_cli_import_and_export(tmp_path):
                           cwd=tmp_path, timeout=300)
     assert proc.returncode == 2 and proc.stderr.strip() == f"dpr-data: error: {src}:4: field 'pos': empty list"
     assert not (tmp_path / "prep" / "bad").exists()
+
+
+def test_an_imported_set_trains_as_qrels_data(tmp_path, tiny_model_dir, one_thread):
+    """What ``dpr-train data=import data.name=<name>`` does: qrels data (every positive judged, dev nDCG@10)."""
+    from omegaconf import OmegaConf
+
+    from dpr.training.trainer import train
+
+    do_import("tevatron", make_source(tmp_path, "tevatron"), tmp_path / "prep", "tev", dev_fraction=0.2)
+    data = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "conf" / "data" / "import.yaml"))
+    summary = train({
+        "model": {"name": str(tiny_model_dir), "pooling": "mean", "question_max_length": 32, "passage_max_length": 64},
+        "data": {**data, "name": "tev"}, "logger": {"type": "none"},
+        "train": {"batch_size": 4, "hard_negatives": 1, "max_steps": 2, "print_every": 1000, "val_batch_size": 8,
+                  "precision": "fp32", "save_every": 0},
+        "data_dir": str(tmp_path / "prep"), "output_dir": str(tmp_path / "run"), "seed": 7})
+    assert summary["resolved"] == {"multi_positive": True, "best_metric": "ndcg@10"}
+    assert summary["best_metric"]["name"] == "ndcg@10" and summary["steps"] == 2
