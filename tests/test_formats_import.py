@@ -324,6 +324,18 @@ def test_fuzzed_files_import_or_fail_with_one_line(tmp_path_factory, fmt, op, po
     assert col.examples("train") == again.examples("train") and col.passages == again.passages
 
 
+@pytest.mark.parametrize("fmt", sorted(SOURCES))
+def test_harmless_variants_import_identically(tmp_path, fmt):
+    # Windows line endings, a byte-order mark and blank lines change no record
+    src = write_st(tmp_path / "st.csv", st_table()) if fmt == "sentence_transformers" else make_source(tmp_path, fmt)
+    want = collect(fmt, {"train": src})
+    lines = src.read_bytes().split(b"\n")
+    src.write_bytes(b"\xef\xbb\xbf" + b"\r\n".join(lines[:1] + [b""] + lines[1:] if fmt != "sentence_transformers"
+                                                   else lines) + b"\r\n\r\n")
+    got = collect(fmt, {"train": src})
+    assert got.examples("train") == want.examples("train") and got.teacher_scores() == want.teacher_scores()
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pos=st.floats(0, 1, exclude_max=True), junk=st.binary(min_size=1, max_size=8))
 def test_fuzzed_parquet_fails_with_one_line(tmp_path_factory, pos, junk):

@@ -31,7 +31,8 @@ def markdown(report: Mapping[str, Any]) -> str:
               f"| questions without negatives | {c['questions_without_negatives']} |",
               f"| questions sharing their positive | {sp['questions_sharing_a_positive']} "
               f"({sp['positives_shared']} passages, {sp['same_positive_pairs']} pairs) |",
-              f"| same-positive pairs in a random batch of {sp['batch_size']} | {sp['expected_colliding_pairs_per_batch']:.3f} |",
+              f"| same-positive pairs in a random batch of {sp['batch_size']} (in-batch false negatives unless "
+              f"train.dedup_positives keeps them apart) | {sp['expected_colliding_pairs_per_batch']:.3f} |",
               f"| mined negatives | {fn['mined_negatives']} |",
               f"| … judged relevant / containing the answer | {fn['judged_relevant']} / {fn['contain_answer']} "
               f"({100 * fn['false_negative_rate']:.2f}%) |"]
