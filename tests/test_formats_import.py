@@ -220,6 +220,21 @@ def test_triples_with_a_collection_use_its_ids_and_whole_corpus(tmp_path):
     assert exs["second query"]["positive_ctxs"][0]["text"] == "passage number 1"
 
 
+def test_msmarco_id_triples_with_queries_and_collection(tmp_path):
+    (tmp_path / "collection.tsv").write_text("".join(f"{i}\tpassage number {i}\n" for i in range(6)), encoding="utf-8")
+    (tmp_path / "queries.tsv").write_text("7\tfirst query\n9\tsecond query\n", encoding="utf-8")
+    (tmp_path / "qidpid.tsv").write_text("7\t0\t5\n9\t1\t0\n7\t0\t4\n", encoding="utf-8")
+    ds = do_import("triples", tmp_path / "qidpid.tsv", tmp_path / "prep", "marco", corpus=str(tmp_path / "collection.tsv"),
+                   queries=str(tmp_path / "queries.tsv"), dev_fraction=0.5)
+    exs = {ex["query_id"]: ex for ex in read_retriever_json(ds.train) + read_retriever_json(ds.dev)}
+    assert exs["7"]["question"] == "first query" and exs["7"]["qrels"] == {"0": 1}
+    assert [c["passage_id"] for c in exs["7"]["hard_negative_ctxs"]] == ["5", "4"]
+    (tmp_path / "qidpid.tsv").write_text("7\t0\t5\n8\t1\t0\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"qidpid\.tsv:2: field 'query': query id '8' is not in the queries file"):
+        collect("triples", {"train": tmp_path / "qidpid.tsv", "corpus": tmp_path / "collection.tsv",
+                            "queries": tmp_path / "queries.tsv"})
+
+
 def test_dev_file_is_used_and_train_plus_dev_hold_every_question(tmp_path):
     rows = tevatron_rows()
     _write_jsonl(tmp_path / "train.jsonl", rows[:7])

@@ -2,7 +2,9 @@
 (``triples.train.small.tsv``). With a collection (``data.corpus=<file>``: ``id<TAB>text`` per line, MS
 MARCO's ``collection.tsv``; a third ``title`` field and an ``id<TAB>text[<TAB>title]`` header are
 accepted) the positive and negative fields are passage ids into it and the whole collection becomes
-``passages.tsv``; without one they are passage texts (content ids).
+``passages.tsv``; without one they are passage texts (content ids). With ``data.queries=<file>``
+(``qid<TAB>query``, MS MARCO's ``queries.train.tsv``) the query field is a query id into it
+(``qidpidtriples``), kept as the question's ``query_id``.
 
 Lines of one query merge into one question (its positives and negatives in first-seen order);
 negatives are imported as ``hard_negative_ctxs``. Export writes texts: one line per (positive,
@@ -50,9 +52,29 @@ def read_corpus(path: str | Path, col: Collector) -> int:
     return n
 
 
-def read(path: str | Path, col: Collector, split: str = "train", corpus: Mapping | None = None) -> None:
+def read_queries_tsv(path: str | Path) -> dict[str, str]:
+    """``{qid: query}`` of a ``qid<TAB>query`` file (duplicate ids and empty fields refused)."""
+    path = Path(path)
+    out: dict[str, str] = {}
+    for lineno, line in iter_lines(path):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2:
+            raise DataError(path, f"expected 2 tab-separated fields (qid, query), got {len(parts)}", line=lineno, field="qid")
+        qid, text = parts[0].strip(), parts[1]
+        if not qid or not text.strip():
+            raise DataError(path, "empty", line=lineno, field="qid" if not qid else "query")
+        if qid in out:
+            raise DataError(path, f"duplicate query id {qid!r}", line=lineno, field="qid")
+        out[qid] = text
+    return out
+
+
+def read(path: str | Path, col: Collector, split: str = "train", corpus: Mapping | None = None,
+         queries: Mapping[str, str] | None = None) -> None:
     """Add every triple of ``path`` to ``col``; with ``corpus`` (the collection, already in ``col``) the
-    positive and negative fields are its ids."""
+    positive and negative fields are its ids, with ``queries`` the query field is a query id."""
     path = Path(path)
     for lineno, line in iter_lines(path):
         if not line.strip():
@@ -73,7 +95,13 @@ def read(path: str | Path, col: Collector, split: str = "train", corpus: Mapping
                 ids.append(pid)
         else:
             ids = [col.passage(path, lineno, name, None, "", text) for name, text in zip(FIELDS[1:], parts[1:])]
-        col.add(path, lineno, parts[0], ids[:1], ids[1:], split=split)
+        query, qid = parts[0], None
+        if queries is not None:
+            qid = parts[0].strip()
+            if qid not in queries:
+                raise DataError(path, f"query id {qid!r} is not in the queries file", line=lineno, field="query")
+            query = queries[qid]
+        col.add(path, lineno, query, ids[:1], ids[1:], split=split, query_id=qid)
 
 
 def write(path: str | Path, examples: Iterable[Mapping], scores: Mapping[str, Mapping[str, float]]) -> dict:

@@ -1,8 +1,8 @@
 """import: a training set in a peer's format as a prepared dataset (qrels data).
 
 ``dpr-data data=import data.format=tevatron|flagembedding|sentence_transformers|triples
-data.path=<file or folder> data.name=<name> data_dir=<dir>`` (``data.corpus=<collection>`` for id
-triples) writes ``<dir>/<name>/``:
+data.path=<file or folder> data.name=<name> data_dir=<dir>`` (``data.corpus=<collection>`` and
+``data.queries=<qid TAB query file>`` for MS MARCO's id triples) writes ``<dir>/<name>/``:
 
 - ``passages.tsv``: every passage the records name (or the whole collection); passages without ids get
   content ids, repeats are merged (``counts.duplicate_passages_merged``);
@@ -27,7 +27,7 @@ from dpr.data.beir import write_qrels, write_queries
 from dpr.data.formats import FORMATS
 from dpr.data.formats.common import Collector
 from dpr.data.formats.scores import FILE_NAME as SCORES_FILE, write_teacher_scores
-from dpr.data.formats.triples import read_corpus
+from dpr.data.formats.triples import read_corpus, read_queries_tsv
 from dpr.data.passages import write_passages
 from dpr.data.prepare.common import seeded_split
 from dpr.data.retriever_json import write_retriever_json
@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 KIND = "qrels"
 VERSION = 1
 SOURCES: dict[str, str] = {}  # the user's own files: see local_sources
-DEFAULTS = {"format": None, "path": None, "corpus": None, "dev_path": None, "seed": 13, "dev_fraction": 0.1}
+DEFAULTS = {"format": None, "path": None, "corpus": None, "queries": None, "dev_path": None, "seed": 13,
+            "dev_fraction": 0.1}
 DEV_NAMES = ("dev", "validation")
 
 
@@ -76,10 +77,11 @@ def local_sources(cfg: Mapping) -> dict[str, Path]:
         files["train"] = _file(root, "data.path")
     if cfg.get("dev_path"):
         files["dev"] = _file(cfg["dev_path"], "data.dev_path")
-    if cfg.get("corpus"):
-        if fmt is not FORMATS["triples"]:
-            raise DataError("data config", f"data.corpus is for the triples format, not {cfg['format']}", field="corpus")
-        files["corpus"] = _file(cfg["corpus"], "data.corpus")
+    for key in ("corpus", "queries"):
+        if cfg.get(key):
+            if fmt is not FORMATS["triples"]:
+                raise DataError("data config", f"data.{key} is for the triples format, not {cfg['format']}", field=key)
+            files[key] = _file(cfg[key], f"data.{key}")
     return files
 
 
@@ -91,9 +93,10 @@ def collect(fmt_name: str, files: Mapping[str, Path]) -> Collector:
     if "corpus" in files:
         read_corpus(files["corpus"], col)
         corpus = col.passages
+    extra = {"queries": read_queries_tsv(files["queries"])} if "queries" in files else {}
     for split in ("train", "dev"):
         if split in files:
-            fmt.read(files[split], col, split=split, corpus=corpus)
+            fmt.read(files[split], col, split=split, corpus=corpus, **extra)
     return col
 
 
