@@ -106,6 +106,16 @@ def test_warnings_fire_on_a_bad_set_and_not_on_a_good_one(tmp_path):
     assert not any("no negative" in w for w in dataset_warnings(bad, {**CFG, "train": {"hard_negatives": 0}}))
 
 
+def test_token_lengths_use_a_seeded_sample_of_the_corpus(tmp_path):
+    root = build(tmp_path / "bad", BAD_TRAIN)
+    a = compute(root, {**CFG, "inspect": {"max_passages": 3, "seed": 1}})
+    b = compute(root, {**CFG, "inspect": {"max_passages": 3, "seed": 1}})
+    assert a["counts"]["passages"] == 6 and a["passage_tokens"]["count"] == 3
+    assert a["passage_tokens"]["lengths"] == b["passage_tokens"]["lengths"]
+    with pytest.raises(ValueError, match="unknown inspect config keys"):
+        compute(root, {**CFG, "inspect": {"max_pasages": 3}})
+
+
 def test_qrels_judged_negatives_count_and_answers_do_not(tmp_path):
     train = [dict(example("a", "q", [], ["p0"], ["p1", "p2"]), qrels={"p0": 1, "p2": 2})]
     r = compute(build(tmp_path / "q", train, kind="qrels"), CFG)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 from dpr.data.dataset import DatasetPaths
 from dpr.data.formats.scores import FILE_NAME as SCORES_FILE, read_teacher_scores
-from dpr.data.passages import iter_passages
+from dpr.data.passages import count_passages, iter_passages
 from dpr.data.retriever_json import read_retriever_json
 from dpr.inspect import figures
 from dpr.inspect.config import InspectConfig
@@ -83,6 +83,16 @@ def make_tokenize(model_name: str, tower: str, prefix: str) -> Callable[[list[st
     return tokenize
 
 
+def _passage_sample(path: Path, ic: InspectConfig) -> tuple[int, list[dict]]:
+    """The number of passages and a seeded sample of at most ``ic.max_passages``, streamed (a 21M-passage
+    corpus never becomes a list)."""
+    if not path.is_file():
+        return 0, []
+    n = count_passages(path)
+    keep = set(figures.sample(range(n), ic.max_passages, ic.seed))
+    return n, [p for i, p in enumerate(iter_passages(path, check_unique=False)) if i in keep]
+
+
 def compute(root: str | Path, cfg: Mapping[str, Any] | None = None) -> dict:
     """Every figure of the report, and its warnings (``report["warnings"]``)."""
     ds = DatasetPaths(root)
@@ -93,15 +103,14 @@ def compute(root: str | Path, cfg: Mapping[str, Any] | None = None) -> dict:
     kind = ds.kind
     train = read_retriever_json(ds.train)
     dev = read_retriever_json(ds.dev) if ds.dev.is_file() else []
-    passages = list(iter_passages(ds.passages, check_unique=False)) if ds.passages.is_file() else []
+    n_passages, ps = _passage_sample(ds.passages, ic)
     report: dict[str, Any] = {"dataset": str(ds.root), "kind": kind, "model": st.model_name,
                               "settings": {"batch_size": st.batch_size, "hard_negatives": st.hard_negatives,
                                            "inspect": dataclasses.asdict(ic)}}
-    report["counts"] = figures.counts(train, dev, len(passages))
+    report["counts"] = figures.counts(train, dev, n_passages)
     report["shared_positives"] = figures.shared_positives(train, st.batch_size)
     report["false_negatives"] = figures.false_negatives(train, kind)
     qs = figures.sample([ex["question"] for ex in train], ic.max_questions, ic.seed)
-    ps = figures.sample(passages, ic.max_passages, ic.seed)
     report["question_tokens"] = figures.token_lengths(
         make_tokenize(st.model_name, "question_encoder", st.question_prefix), qs, None, st.question_max_length)
     report["passage_tokens"] = figures.token_lengths(
