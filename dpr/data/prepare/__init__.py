@@ -15,7 +15,7 @@ from typing import Any
 
 from dpr.atomic import atomic_path, sha256_file, write_json_atomic
 from dpr.data.dataset import DatasetPaths
-from dpr.data.prepare import beir, nfcorpus, nq_open_dev, sciq_open, squad1_open
+from dpr.data.prepare import beir, import_, nfcorpus, nq_open_dev, sciq_open, squad1_open
 from dpr.data.prepare.common import plain_config
 from dpr.data.sources import DEFAULT_CACHE_DIR, default_mirror_dir, fetch, load_registry
 from dpr.errors import DataError
@@ -28,6 +28,7 @@ RECIPES: dict[str, ModuleType] = {
     "nfcorpus": nfcorpus,
     "nq_open_dev": nq_open_dev,
     "beir": beir,
+    "import": import_,
 }
 
 
