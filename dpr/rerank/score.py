@@ -103,8 +103,8 @@ def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | P
     stats = {"questions": len(results), "k": k, "precision": resolved, "seconds": round(seconds, 2),
              "seconds_per_question": round(seconds / max(1, len(results)), 4)}
     if any(r["answers"] for r in results):
-        stats["before"] = results_metrics([{**r, "ctxs": r["ctxs"][:k]} for r in results])
-        stats["after"] = results_metrics(reranked)
+        stats["before"] = results_metrics([{**r, "ctxs": r["ctxs"][:k]} for r in results], max_k=k)
+        stats["after"] = results_metrics(reranked, max_k=k)
     log.info("reranked %d questions (top %d) in %.1f s: %.3f s per question", len(results), k, seconds,
              stats["seconds_per_question"])
     return stats
