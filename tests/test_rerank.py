@@ -236,3 +236,6 @@ def test_export_loads_in_sentence_transformers_with_the_same_scores(tiny_ce, tmp
     st_scores = CrossEncoder(str(out), device="cpu", local_files_only=True).predict(pairs, show_progress_bar=False)
     ours = score_pairs(model, tok, [q for q, _ in pairs], [d for _, d in pairs], autocast="fp32", max_length=48)
     assert torch.allclose(torch.tensor(st_scores, dtype=torch.float32), ours, atol=1e-4)
+    # the saved encoder/ directory itself is already a CrossEncoder (the export only adds its config and card)
+    raw = CrossEncoder(str(ce / "encoder"), device="cpu", local_files_only=True).predict(pairs, show_progress_bar=False)
+    assert torch.allclose(torch.tensor(raw, dtype=torch.float32), ours, atol=1e-4)

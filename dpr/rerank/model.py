@@ -68,8 +68,11 @@ def save_cross_encoder(model: torch.nn.Module, tokenizer: Any, out_dir: str | Pa
         tmp.mkdir(parents=True)
         model.save_pretrained(tmp / ENCODER_DIR)
         # the trained maximum length travels with the tokenizer, so sentence-transformers truncates alike
-        tokenizer.model_max_length = int(settings["max_length"])
-        tokenizer.save_pretrained(tmp / ENCODER_DIR)
+        before, tokenizer.model_max_length = tokenizer.model_max_length, int(settings["max_length"])
+        try:
+            tokenizer.save_pretrained(tmp / ENCODER_DIR)
+        finally:
+            tokenizer.model_max_length = before
         body = {k: settings[k] for k in SETTINGS_KEYS}
         body.update(extra or {})
         (tmp / CONFIG_FILE).write_text(json.dumps(body, indent=2), encoding="utf-8")
