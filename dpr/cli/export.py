@@ -1,5 +1,5 @@
 """``dpr-export model=<run dir> format=sentence-transformers output=<dir>`` (thin Hydra entry point over
-`dpr.export`)."""
+`dpr.export`; a `dpr-rerank` cross-encoder directory exports as a sentence-transformers CrossEncoder)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,17 @@ def _run(cfg: DictConfig) -> None:
 
     if cfg.format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {cfg.format!r}")
+    from dpr.rerank.model import is_cross_encoder_dir
+
+    if is_cross_encoder_dir(cfg.model_path):  # a dpr-rerank output: a sentence-transformers CrossEncoder
+        from dpr.export.cross_encoder import compare_cross_encoder_export, export_cross_encoder
+
+        out = export_cross_encoder(cfg.model_path, cfg.output, model_name=cfg.model_name)
+        print(f"dpr-export: {cfg.model_path} → {out} ({cfg.format} CrossEncoder, model card {out / 'README.md'})")
+        if cfg.check:
+            figures = compare_cross_encoder_export(cfg.model_path, out, CHECK_QUESTIONS, CHECK_PASSAGES)
+            print(f"dpr-export: check {json.dumps(figures)}")
+        return
     prompts = OmegaConf.to_container(cfg.prompts) if cfg.prompts is not None else None
     out = export_sentence_transformers(cfg.model_path, cfg.output, prompts=prompts, report=cfg.report,
                                        model_name=cfg.model_name)

@@ -1,0 +1,103 @@
+"""``dpr-rerank train|score``: thin Hydra entry point over `dpr.rerank` (config ``conf/rerank.yaml``, schema
+`dpr.rerank.config.RerankCommandSchema`).
+
+``model=`` is renamed (``conf/model/`` is a config group, so Hydra would read it as a group choice): for
+``score`` it is the cross-encoder to rerank with (``model_path``), for ``train`` the encoder to start from
+(``rerank.model``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from dpr.cli.common import CONF_DIR, quiet_interrupt, rename_overrides, report_errors
+from dpr.rerank.config import register_schema
+
+log = logging.getLogger(__name__)
+COMMANDS = ("train", "score")
+_command: list[str] = []
+
+register_schema()  # rerank_schema: conf/rerank.yaml extends the RerankCommandSchema dataclass
+
+
+def _train(cfg: DictConfig) -> None:
+    from dpr.rerank.train import as_config, train_cross_encoder
+
+    rcfg = as_config(cfg.rerank)  # range checks before any model is loaded
+    if not cfg.output_dir:
+        raise ValueError("dpr-rerank train needs output_dir=<dir>")
+    if cfg.train_file:
+        train = Path(cfg.train_file)
+        qrels_source = None
+    else:
+        from dpr.data.dataset import DatasetPaths
+
+        if cfg.data is None:
+            raise ValueError("dpr-rerank train needs data=<dataset> (or train_file=<DPR retriever JSON>)")
+        ds = DatasetPaths.of(cfg.data_dir, cfg.data.name)
+        train, qrels_source = ds.train, ds.dev
+    if not train.is_file():
+        raise FileNotFoundError(f"{train}: no training file (prepare the dataset with dpr-data, mine with dpr-bm25 mine=true)")
+    dev, qrels = None, None
+    if cfg.dev_results:
+        from dpr.data.results import read_results
+
+        dev = read_results(cfg.dev_results)
+        qrels = _dev_qrels(dev, qrels_source)
+    summary = train_cross_encoder(rcfg, train, cfg.output_dir, dev=dev, dev_qrels=qrels)
+    log.info("cross-encoder: %s (%d steps, %.0f s); best %s", summary["model_dir"], summary["steps"],
+             summary["seconds"], json.dumps(summary["best"]) if summary["best"] else "-")
+
+
+def _dev_qrels(dev: list[dict], dev_json: Path | None) -> dict | None:
+    """qrels data: each dev query's judgements, from the dataset's dev.json by ``query_id``."""
+    if not any("query_id" in r for r in dev) or dev_json is None or not dev_json.is_file():
+        return None
+    from dpr.data.retriever_json import read_retriever_json
+
+    return {str(ex["query_id"]): ex["qrels"] for ex in read_retriever_json(dev_json) if "qrels" in ex}
+
+
+def _score(cfg: DictConfig) -> None:
+    from dpr.rerank.score import rerank_file
+    from dpr.rerank.train import as_config
+
+    rcfg = as_config(cfg.rerank)
+    if not cfg.model_path or not cfg.results or not cfg.output:
+        raise ValueError("dpr-rerank score needs model=<cross-encoder dir>, results=<DPR results JSON> and output=<file>")
+    s = rcfg.score
+    stats = rerank_file(cfg.model_path, cfg.results, cfg.output, k=s.k, batch_size=s.batch_size,
+                        precision=s.precision, max_questions=s.max_questions)
+    print(f"dpr-rerank: {cfg.output} {json.dumps(stats)}")
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="rerank")
+@report_errors("dpr-rerank", outputs=("output_dir", "output"))
+def _run(cfg: DictConfig) -> None:
+    OmegaConf.resolve(cfg)
+    (_train if _command[0] == "train" else _score)(cfg)
+
+
+@quiet_interrupt("dpr-rerank")
+def _hydra_main() -> None:
+    _run()
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        print(f"usage: dpr-rerank {{{'|'.join(COMMANDS)}}} key=value ...", file=sys.stderr)
+        sys.exit(2)
+    _command[:] = [sys.argv.pop(1)]
+    target = "rerank.model" if _command[0] == "train" else "model_path"
+    sys.argv = rename_overrides(sys.argv, {"model": target})
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

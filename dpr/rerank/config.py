@@ -1,0 +1,150 @@
+"""The cross-encoder's settings: one dataclass tree is the schema of ``dpr-rerank`` (registered in Hydra's
+ConfigStore as ``rerank_schema``; ``conf/rerank.yaml`` only selects it) and the one source of defaults,
+also for Python callers of `dpr.rerank.train.train_cross_encoder`.
+
+Defaults are sized for squad1_open with all-MiniLM-L6-v2 on a 2-core CPU (bf16 autocast where it has it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from dpr.config import strict_from_dict
+
+LOSS_NAMES = ("listwise", "bce")
+PRECISIONS = ("auto", "fp32", "bf16")
+METRICS_QA = ("mrr", "top1", "top5", "top20")
+METRICS_QRELS = ("ndcg@10", "mrr@10", "recall@10")
+
+
+@dataclass
+class RerankTrainConfig:
+    batch_size: int = 8               # questions per step (each brings 1 + negatives pairs)
+    negatives: int = 7                # N: BM25-mined negatives per question (topped up from other questions' passages)
+    loss: str = "listwise"            # listwise: softmax CE over the group | bce: pointwise binary CE
+    epochs: int = 1
+    max_steps: int = 200              # > 0 overrides epochs
+    max_questions: int = 0            # only the first N training questions (0: all)
+    lr: float = 2.0e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0        # <= 0: measure only
+    precision: str = "auto"           # auto (bf16 autocast on CPUs with bf16) | fp32 | bf16
+    cpu_threads: int = 0              # > 0: torch threads for the run
+    seed: int = 42
+    log_every: int = 10
+    save_every: int = 50              # checkpoint every N steps and at the end (0: none)
+    keep_checkpoints: int = 1
+    resume: Any = "auto"              # auto | true | false | <checkpoint dir>
+    eval_every: int = 0               # > 0 (with dev results): validate every N steps; always at the end
+    val_max_questions: int = 0        # dev questions reranked per validation (0: all)
+    best_metric: str = "auto"         # auto: mrr (QA: 1 / rank of the first answer-bearing passage) | ndcg@10 (qrels)
+
+
+@dataclass
+class RerankScoreConfig:
+    k: int = 20                       # rerank each question's top k (later passages are dropped)
+    batch_size: int = 32
+    precision: str = "auto"
+    max_questions: int = 0            # only the first N questions of the results file (0: all)
+
+
+@dataclass
+class RerankConfig:
+    model: str = "all-MiniLM-L6-v2"   # the encoder to start from: the offline alias, a hub name or a local dir
+    max_length: int = 256             # tokens of [CLS] question [SEP] title [SEP] passage [SEP]
+    title: bool = True                # put the passage title before its text
+    train: RerankTrainConfig = field(default_factory=RerankTrainConfig)
+    score: RerankScoreConfig = field(default_factory=RerankScoreConfig)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RerankConfig":
+        d = dict(d)
+        train = strict_from_dict(RerankTrainConfig, dict(d.pop("train", None) or {}), "rerank.train")
+        score = strict_from_dict(RerankScoreConfig, dict(d.pop("score", None) or {}), "rerank.score")
+        cfg = strict_from_dict(cls, {**d, "train": train, "score": score}, "rerank")
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        """One-line ValueError naming the first key out of its range."""
+        _at_least(self, "max_length", 8)
+        t, s = self.train, self.score
+        for key in ("batch_size", "log_every"):
+            _at_least(t, key, 1, "rerank.train")
+        for key in ("negatives", "epochs", "max_steps", "max_questions", "cpu_threads", "save_every",
+                    "keep_checkpoints", "eval_every", "val_max_questions"):
+            _at_least(t, key, 0, "rerank.train")
+        _range(t, "lr", 0.0, 1.0, "rerank.train", low_open=True)
+        _range(t, "weight_decay", 0.0, 10.0, "rerank.train")
+        _range(t, "warmup_ratio", 0.0, 1.0, "rerank.train")
+        _range(t, "max_grad_norm", -math.inf, math.inf, "rerank.train")
+        _choice(t, "loss", LOSS_NAMES, "rerank.train")
+        _choice(t, "precision", PRECISIONS, "rerank.train")
+        _choice(t, "best_metric", ("auto", *METRICS_QA, *METRICS_QRELS), "rerank.train")
+        if t.max_steps == 0 and t.epochs == 0:
+            raise ValueError("rerank.train.max_steps and rerank.train.epochs are both 0: nothing to train")
+        if t.loss == "listwise" and t.negatives == 0:
+            raise ValueError("rerank.train.negatives=0: the listwise loss needs at least 1 negative per question")
+        for key in ("k", "batch_size"):
+            _at_least(s, key, 1, "rerank.score")
+        _at_least(s, "max_questions", 0, "rerank.score")
+        _choice(s, "precision", PRECISIONS, "rerank.score")
+
+    def settings(self) -> dict:
+        """What a saved cross-encoder keeps of its inputs (`dpr.rerank.model.SETTINGS_KEYS`)."""
+        return {"max_length": self.max_length, "title": self.title}
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _value(obj: Any, key: str, prefix: str, kind: type) -> Any:
+    v = getattr(obj, key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not float(v).is_integer()):
+        raise ValueError(f"{prefix}.{key}={v!r}: expected {'an integer' if kind is int else 'a number'}")
+    if not math.isfinite(float(v)):
+        raise ValueError(f"{prefix}.{key}={v!r}: must be finite")
+    return v
+
+
+def _at_least(obj: Any, key: str, low: int, prefix: str = "rerank") -> None:
+    v = _value(obj, key, prefix, int)
+    if v < low:
+        raise ValueError(f"{prefix}.{key}={v!r}: must be >= {low}")
+
+
+def _range(obj: Any, key: str, low: float, high: float, prefix: str, low_open: bool = False) -> None:
+    v = _value(obj, key, prefix, float)
+    if (v <= low if low_open else v < low) or v > high:
+        raise ValueError(f"{prefix}.{key}={v!r}: must be in {'(' if low_open else '['}{low}, {high}]")
+
+
+def _choice(obj: Any, key: str, allowed: tuple, prefix: str) -> None:
+    v = getattr(obj, key)
+    if v not in allowed:
+        raise ValueError(f"{prefix}.{key}={v!r}: must be one of {', '.join(allowed)}")
+
+
+@dataclass
+class RerankCommandSchema:
+    """``dpr-rerank``'s whole config (conf/rerank.yaml selects it as ``rerank_schema``)."""
+
+    rerank: RerankConfig = field(default_factory=RerankConfig)
+    data: Any = None                  # train: the dataset (conf/data/<name>.yaml) under data_dir
+    data_dir: str = "data/prepared"
+    train_file: Optional[str] = None  # train: null = <data_dir>/<data.name>/train.json
+    output_dir: Optional[str] = None  # train: the cross-encoder, checkpoints, metrics
+    dev_results: Optional[str] = None # train: a first stage's dev results (DPR results JSON) to validate on
+    model_path: Optional[str] = None  # score: the trained cross-encoder (given as model=<dir>)
+    results: Optional[str] = None     # score: a first stage's results (DPR results JSON)
+    output: Optional[str] = None      # score: the reranked results file
+
+
+def register_schema() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="rerank_schema", node=RerankCommandSchema)

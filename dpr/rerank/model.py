@@ -1,0 +1,111 @@
+"""The cross-encoder: a Hugging Face ``AutoModelForSequenceClassification`` with one label, whose logit
+is the relevance of a (question, passage) pair read as ``[CLS] question [SEP] title [SEP] passage [SEP]``.
+
+That model class *is* what ``sentence_transformers.CrossEncoder`` loads, so the saved encoder directory
+loads there as it is and scores match by construction (the export, `dpr.export.cross_encoder`, only adds
+sentence-transformers' own config files and a model card).
+
+A saved cross-encoder is a directory: ``encoder/`` (model with its one-logit head, and tokenizer, in
+Hugging Face format: the head lives in the model's own ``model.safetensors``, which is what keeps it
+loadable by sentence-transformers) and ``cross_encoder.json`` (the input settings it was trained with,
+reused when scoring).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from dpr.atomic import atomic_path
+
+CONFIG_FILE = "cross_encoder.json"
+ENCODER_DIR = "encoder"
+FINAL_DIR = "cross_encoder"  # inside a training output directory
+SETTINGS_KEYS = ("max_length", "title")
+# sentence-transformers applies a sigmoid to a one-label model's logit unless its config names another
+# activation: Identity makes CrossEncoder.predict return the logit our scoring returns.
+ST_ACTIVATION = "torch.nn.modules.linear.Identity"
+
+
+def build_cross_encoder(name: str, attn_implementation: str | None = None) -> tuple[torch.nn.Module, Any]:
+    """A fresh cross-encoder on encoder ``name`` (the offline MiniLM alias, a hub name or a local dir).
+    The head is initialised from torch's global RNG: seed it first for a reproducible start."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from dpr.models.hub import resolve_model_name
+
+    path = resolve_model_name(name)
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation not in (None, "auto") else {}
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **kwargs)
+    model.config.sentence_transformers = {"activation_fn": ST_ACTIVATION}
+    return model, AutoTokenizer.from_pretrained(path, use_fast=True)
+
+
+def is_cross_encoder_dir(path: str | Path) -> bool:
+    path = Path(path)
+    return (path / CONFIG_FILE).is_file() or (path / FINAL_DIR / CONFIG_FILE).is_file()
+
+
+def resolve_dir(path: str | Path) -> Path:
+    """The cross-encoder directory itself, given it or a training output directory holding it."""
+    path = Path(path)
+    if not (path / CONFIG_FILE).is_file() and (path / FINAL_DIR / CONFIG_FILE).is_file():
+        path = path / FINAL_DIR
+    if not (path / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{path}: not a cross-encoder directory (no {CONFIG_FILE}; train one with "
+                                "dpr-rerank train)")
+    return path
+
+
+def save_cross_encoder(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path, settings: Mapping[str, Any],
+                       extra: Mapping[str, Any] | None = None) -> Path:
+    """Write the cross-encoder directory atomically (a killed save leaves the previous one intact)."""
+    out_dir = Path(out_dir)
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp / ENCODER_DIR)
+        # the trained maximum length travels with the tokenizer, so sentence-transformers truncates alike
+        before, tokenizer.model_max_length = tokenizer.model_max_length, int(settings["max_length"])
+        try:
+            tokenizer.save_pretrained(tmp / ENCODER_DIR)
+        finally:
+            tokenizer.model_max_length = before
+        body = {k: settings[k] for k in SETTINGS_KEYS}
+        body.update(extra or {})
+        (tmp / CONFIG_FILE).write_text(json.dumps(body, indent=2), encoding="utf-8")
+    return out_dir
+
+
+def load_cross_encoder(path: str | Path, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, Any, dict]:
+    """``(model in eval mode, tokenizer, settings)`` from a directory :func:`save_cross_encoder` wrote
+    (or a training output directory holding one)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = resolve_dir(path)
+    model = AutoModelForSequenceClassification.from_pretrained(path / ENCODER_DIR)
+    if model.config.num_labels != 1:
+        raise ValueError(f"{path / ENCODER_DIR}: a cross-encoder has one label, this model has {model.config.num_labels}")
+    settings = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    missing = [k for k in SETTINGS_KEYS if k not in settings]
+    if missing:
+        raise ValueError(f"{path / CONFIG_FILE}: missing {', '.join(missing)}")
+    return model.to(device).eval(), AutoTokenizer.from_pretrained(path / ENCODER_DIR, use_fast=True), settings
+
+
+def document_text(title: str, text: str, tokenizer: Any, use_title: bool = True) -> str:
+    """The pair's second segment: ``title [SEP] text`` (the tokenizer reads its own separator token
+    in the string as that special token), or the text alone without a title."""
+    if use_title and title:
+        return f"{title} {tokenizer.sep_token} {text}"
+    return text
+
+
+def tokenize_pairs(tokenizer: Any, questions: list[str], documents: list[str], max_length: int,
+                   padding: bool = True) -> dict:
+    """``[CLS] question [SEP] document [SEP]``, truncated as sentence-transformers' CrossEncoder does
+    (longest segment first), so an exported model sees the same tokens."""
+    return dict(tokenizer(questions, documents, truncation=True, max_length=max_length,
+                          padding="longest" if padding else False, return_tensors="pt" if padding else None))

@@ -1,0 +1,110 @@
+"""Scoring (question, passage) pairs with a cross-encoder, and reranking a results file's top k by it.
+
+Pairs are tokenized once, sorted by token length (longest first, so each batch pads only to its own
+longest and peak memory shows at once) and scored under ``torch.inference_mode`` with bf16 autocast
+where the CPU has it (`dpr.models.inference.autocast_dtype`), then returned in the caller's order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from dpr.models.inference import autocast_dtype
+from dpr.rerank.model import document_text, tokenize_pairs
+
+log = logging.getLogger(__name__)
+
+
+def precision_context(precision: str, device: torch.device | str = "cpu") -> tuple[Any, str]:
+    """``(autocast context, resolved precision)`` for ``auto`` | ``fp32`` | ``bf16`` (``DPR_NO_BF16=1``
+    makes auto mean fp32, as everywhere in the project)."""
+    dev = torch.device(device)
+    dtype = autocast_dtype(dev, "off" if precision == "fp32" else precision)
+    if dtype is None:
+        return contextlib.nullcontext(), "fp32"
+    return torch.autocast(device_type=dev.type, dtype=dtype), {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+
+
+def score_pairs(model: torch.nn.Module, tokenizer: Any, questions: Sequence[str], passages: Sequence[str],
+                batch_size: int = 32, autocast: str = "auto", max_length: int = 256) -> torch.Tensor:
+    """The logit of each ``(questions[i], passages[i])`` pair (float32 ``[n]``, input order). ``passages``
+    are the second segments as the model reads them (`dpr.rerank.model.document_text`)."""
+    if len(questions) != len(passages):
+        raise ValueError(f"{len(questions)} questions but {len(passages)} passages")
+    out = torch.empty(len(questions), dtype=torch.float32)
+    if not len(questions):
+        return out
+    enc = tokenize_pairs(tokenizer, list(questions), list(passages), max_length, padding=False)
+    order = sorted(range(len(questions)), key=lambda i: len(enc["input_ids"][i]), reverse=True)
+    device = next(model.parameters()).device
+    ctx, _ = precision_context(autocast, device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                rows = order[start:start + batch_size]
+                batch = tokenizer.pad([{k: v[i] for k, v in enc.items()} for i in rows], padding="longest",
+                                      return_tensors="pt")
+                with ctx:
+                    logits = model(**{k: v.to(device) for k, v in batch.items()}).logits
+                out[torch.tensor(rows)] = logits.float().squeeze(-1).cpu()
+    finally:
+        model.train(was_training)
+    return out
+
+
+def rerank_results(model: torch.nn.Module, tokenizer: Any, results: Sequence[Mapping[str, Any]], k: int,
+                   settings: Mapping[str, Any], batch_size: int = 32, autocast: str = "auto") -> list[dict]:
+    """Each question's first ``k`` ctxs reordered by the cross-encoder's logit (best first; equal logits
+    keep the first stage's order), ``score`` replaced by the logit and the first stage's kept as
+    ``first_stage_score`` / ``first_stage_rank``. Later ctxs are dropped: the list is the reranked top k."""
+    questions, documents, spans = [], [], []
+    for rec in results:
+        ctxs = list(rec["ctxs"])[:k]
+        spans.append((len(documents), len(ctxs)))
+        questions += [rec["question"]] * len(ctxs)
+        documents += [document_text(c["title"], c["text"], tokenizer, bool(settings["title"])) for c in ctxs]
+    scores = score_pairs(model, tokenizer, questions, documents, batch_size=batch_size, autocast=autocast,
+                         max_length=int(settings["max_length"])).tolist()
+    out = []
+    for rec, (start, n) in zip(results, spans):
+        mine = scores[start:start + n]
+        order = sorted(range(n), key=lambda j: (-mine[j], j))
+        ctxs = [{**rec["ctxs"][j], "score": mine[j], "first_stage_score": rec["ctxs"][j]["score"],
+                 "first_stage_rank": j} for j in order]
+        out.append({**rec, "ctxs": ctxs})
+    return out
+
+
+def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | Path, k: int = 20,
+                batch_size: int = 32, precision: str = "auto", max_questions: int = 0) -> dict:
+    """Rerank a DPR results file with the cross-encoder in ``model_dir`` into ``output`` (atomic);
+    returns timings and, for QA results, top-k before and after."""
+    from dpr.data.results import read_results, write_results
+    from dpr.rerank.model import load_cross_encoder
+    from dpr.rerank.validate import results_metrics
+
+    model, tok, settings = load_cross_encoder(model_dir)
+    results = read_results(results_path)
+    if max_questions > 0:
+        results = results[:max_questions]
+    t0 = time.perf_counter()
+    reranked = rerank_results(model, tok, results, k, settings, batch_size=batch_size, autocast=precision)
+    seconds = time.perf_counter() - t0
+    write_results(output, reranked)
+    _, resolved = precision_context(precision)
+    stats = {"questions": len(results), "k": k, "precision": resolved, "seconds": round(seconds, 2),
+             "seconds_per_question": round(seconds / max(1, len(results)), 4)}
+    if any(r["answers"] for r in results):
+        stats["before"] = results_metrics([{**r, "ctxs": r["ctxs"][:k]} for r in results], max_k=k)
+        stats["after"] = results_metrics(reranked, max_k=k)
+    log.info("reranked %d questions (top %d) in %.1f s: %.3f s per question", len(results), k, seconds,
+             stats["seconds_per_question"])
+    return stats
