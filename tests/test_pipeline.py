@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BIN = Path(sys.executable).parent
 
 # Dev questions that differ from every test question and mislead BM25: each one's words match one
@@ -47,6 +49,7 @@ def _pipeline(tiny_data_dir: Path, tiny_model_dir: Path, out: Path, *extra: str)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.precision  # the export's runtime follows auto's precision rule: runs under both rules in .ci/run
 def test_pipeline_end_to_end_and_skips_up_to_date_stages(tiny_data_dir, tiny_model_dir, tmp_path):
     from dpr.data.qa import read_qa_tsv
 
@@ -165,15 +168,20 @@ def test_pipeline_on_qrels_data_reports_qrels_metrics(tiny_model_dir, tmp_path):
 
 
 def _check_export_is_the_trainers_vectors(out: Path, root: Path) -> None:
-    """The trained model's export was stored from training's last validation, not encoded again, and
-    holds what encoding the saved model gives (float16 storage; another batch size)."""
+    """The trained model's export was stored from training's last validation, not encoded again, where the
+    export runs what training validated with (torch); where ``runtime: auto`` picks ONNX Runtime (fp32 on an
+    AVX-512 CPU: no native bf16, or ``DPR_NO_BF16``) the vectors are not what it computes, so it encodes them
+    itself. Either way the export holds what encoding the saved model gives (float16 storage; another batch size)."""
     import numpy as np
 
     from dpr.encode import encode_corpus
     from dpr.index.shards import read_embeddings
+    from dpr.models.onnx_runtime import resolve_runtime
 
     manifest = json.loads((out / "dense" / "embeddings" / "shard_000_of_001.json").read_text())
-    assert manifest["reused_from"] == "training validation"
+    runtime = resolve_runtime("auto", "cpu", "auto")
+    assert manifest.get("runtime", "torch") == runtime
+    assert manifest.get("reused_from") == ("training validation" if runtime == "torch" else None)
     ids, stored = read_embeddings(out / "dense" / "embeddings")
     fresh_ids, fresh = read_embeddings(encode_corpus(out / "model", root / "passages.tsv", out / "fresh",
                                                      batch_size=3, progress=False))
