@@ -9,7 +9,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from dpr.cli.common import CONF_DIR, rename_overrides, report_errors
+from dpr.cli.common import CONF_DIR, check_model_path, rename_overrides, report_errors
 
 # A built-in sample for check=true: real questions and passages, so a broken export shows.
 CHECK_QUESTIONS = ["what is the capital of france", "who wrote hamlet", "how do plants make energy",
@@ -29,6 +29,7 @@ def _run(cfg: DictConfig) -> None:
 
     if cfg.format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {cfg.format!r}")
+    check_model_path(cfg.model_path)  # missing, or a truncated/corrupt safetensors file: named before any work
     prompts = OmegaConf.to_container(cfg.prompts) if cfg.prompts is not None else None
     out = export_sentence_transformers(cfg.model_path, cfg.output, prompts=prompts, report=cfg.report,
                                        model_name=cfg.model_name)

@@ -80,7 +80,30 @@ def load_index(path: str | Path, device: str = "cpu", nprobe: int | None = None,
     elif device != "cpu":
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
     set_search_params(index, nprobe=nprobe, ef_search=ef_search)
+    check_saved_search_params(index, path)
     return index, ids
+
+
+def saved_search_params(index: faiss.Index) -> dict[str, int]:
+    """The query-time knobs an index holds (``nprobe`` of IVF, ``ef_search`` of HNSW) as faiss stores them."""
+    out: dict[str, int] = {}
+    cpu_index = gpu.to_cpu(index) if gpu.is_gpu_index(index) else index
+    ivf = faiss.try_extract_index_ivf(cpu_index)
+    if ivf is not None:
+        out["nprobe"] = int(ivf.nprobe)
+    inner = faiss.downcast_index(cpu_index)
+    if hasattr(inner, "hnsw"):
+        out["ef_search"] = int(inner.hnsw.efSearch)
+    return out
+
+
+def check_saved_search_params(index: faiss.Index, path: str | Path) -> None:
+    """An index saved with ``ef_search``/``nprobe`` < 1 (written before they were checked) would return fewer
+    than k passages per question, or none: refused, naming the override that fixes it."""
+    for key, value in saved_search_params(index).items():
+        if value < 1:
+            raise DataError(path, f"the index holds {key}={value} (saved before it was checked; faiss would return "
+                            f"fewer than k passages): give {key}=<n >= 1> to search it", field=key)
 
 
 def build_and_save(embeddings_dir: str | Path, output: str | Path, **params: Any) -> dict:
