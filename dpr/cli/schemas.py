@@ -8,6 +8,12 @@ registered in Hydra's ConfigStore (``<command>_schema``) so other configs can ex
 Group schemas: ``model`` is `BiEncoderConfig` itself (closed: every key typed); ``data`` types the
 keys every dataset has and leaves recipe-specific keys open (each recipe checks its own);
 ``index`` types every index parameter.
+
+Ranges: every numeric key carries its allowed range (``ranged(default, lo, hi, note)`` field metadata,
+limits from `dpr.checks`), checked by `check_ranges` after the types: ``weight=nan``, ``k=0`` or
+``index.nprobe=0`` is one line naming the key, the value and the range. null means the documented
+default ("auto"); 0 is never read as "auto". ``dpr-pipeline``'s schema types the sections it reads and
+stays open to other keys.
 """
 
 from __future__ import annotations
@@ -225,7 +231,7 @@ class TrainCommandSchema:
     data_dir: str = MISSING
     output_dir: str = MISSING
     train_file: Optional[str] = None  # re-mining rounds train on their own file
-    seed: int = 42
+    seed: int = ranged(42, 0, SEED_MAX)
     overwrite: bool = False
 
 
@@ -285,7 +291,7 @@ class PipelineSchema:
     reader_cfg: Any = None
     data_dir: str = MISSING
     output_dir: str = MISSING
-    seed: int = 42
+    seed: int = ranged(42, 0, SEED_MAX)
     force: bool = False
     reader: bool = False
     until: Optional[str] = None
@@ -326,8 +332,9 @@ def _schema_node(schema: type, cfg: DictConfig) -> DictConfig:
     return node
 
 
-def check_config(cfg: DictConfig, schema: type) -> None:
-    """Raise ValueError (one line) if ``cfg`` has a key the schema lacks or a value of the wrong type."""
+def check_config(cfg: DictConfig, schema: type) -> DictConfig:
+    """Raise ValueError (one line) if ``cfg`` has a key the schema lacks, a value of the wrong type or one
+    outside its range (`check_ranges`); returns the config as the schema types it."""
     missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
     if missing:
         raise ValueError(f"config key {missing[0]}: required, give {missing[0]}=<value>"
@@ -343,3 +350,4 @@ def check_config(cfg: DictConfig, schema: type) -> None:
             raise ValueError(f"config key {key}: unknown; known keys: {', '.join(map(str, known))}") from None
         raise ValueError(f"config key {key}: {first}") from None
     check_ranges(merged, schema)
+    return merged
