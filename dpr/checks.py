@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping
 
 INT32_MAX = 2 ** 31 - 1  # FAISS and bm25s take C ints: larger values would wrap or abort
 
@@ -65,7 +65,7 @@ def check_questions(questions: Any, name: str = "questions") -> list[str]:
     returns one ranked list inside the outer list, as for ``["who wrote hamlet?"]``)."""
     if isinstance(questions, str):
         return [questions]
-    if isinstance(questions, (bytes, bytearray)) or not isinstance(questions, Sequence):
+    if isinstance(questions, (bytes, bytearray, Mapping)) or not isinstance(questions, Iterable):
         raise TypeError(f"{name} must be a list of strings (or one string), got {type(questions).__name__}")
     out = list(questions)
     for i, q in enumerate(out):

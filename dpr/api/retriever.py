@@ -10,8 +10,8 @@ Every retriever implements ``search_ids`` (ranked ``(passage id, score)`` per qu
 adds titles and texts from the passages file. Both take a list of question strings, or one string as one
 question (the result is still one ranked list per question: ``search("q")[0]``). Every argument is
 checked first: a wrong type is a TypeError, a value out of range (``k=0``, ``weight=nan``) a
-ValueError, each one line naming the argument and what it got (`dpr.checks`). The CLI commands, the pipeline's retrieval stages and
-the fusion of result files all go through these classes and `dpr.fusion.fuse_ranked`.
+ValueError, each one line naming the argument and what it got (`dpr.checks`). The CLI commands, the
+pipeline's retrieval stages and the fusion of result files all go through these classes and `dpr.fusion.fuse_ranked`.
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ class Retriever:
         ``index_dir`` when it is up to date there (built and saved when not), else built in memory.
         BM25 settings default to the project's (k1=0.9, b=0.4, English stopwords and stemming)."""
         from dpr import bm25 as bm25_pkg
-
         from dpr.bm25.index import check_bm25_params
 
         check_bm25_params(k1, b)
@@ -227,7 +226,8 @@ class HybridRetriever(Retriever):
                              "<run>/hybrid/weight.json), or use fusion='rrf'")
         for name, r in (("bm25", bm25), ("dense", dense)):
             if not isinstance(r, Retriever):
-                raise TypeError(f"{name} must be a Retriever (Retriever.bm25 / Retriever.dense), got {type(r).__name__}")
+                raise TypeError(f"{name} must be a Retriever (Retriever.bm25 / Retriever.dense), "
+                                f"got {type(r).__name__}")
         self.bm25_retriever, self.dense_retriever = bm25, dense
         self.how: dict[str, Any] = ({"k_rrf": check_k_rrf(k_rrf)} if fusion == "rrf"
                                     else {"weight": check_weight(weight), "normalize": check_normalize(normalize)})

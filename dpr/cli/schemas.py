@@ -340,7 +340,8 @@ def check_config(cfg: DictConfig, schema: type) -> DictConfig:
         raise ValueError(f"config key {missing[0]}: required, give {missing[0]}=<value>"
                          + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""))
     try:
-        merged = OmegaConf.merge(_schema_node(schema, cfg), OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
+        merged = OmegaConf.merge(_schema_node(schema, cfg),
+                                 OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "?"
         first = str(err).splitlines()[0] if str(err) else type(err).__name__

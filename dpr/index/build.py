@@ -1,8 +1,10 @@
 """Build a FAISS index over the embedding shards of `dpr-encode`.
 
-The factory strings of `dpr.index.factory` work (parsed and checked before faiss sees them). Two placeholders are filled from the data so one config
-fits every corpus: ``{nlist}`` (IVF lists, ≈ 4·sqrt(N) unless set) and ``{m}`` (PQ sub-quantizers,
-must divide the dimension; default the largest divisor ≤ dim/8, i.e. 48 for MiniLM's 384).
+The factory strings of `dpr.index.factory` work (parsed and checked before faiss sees them). Two
+placeholders are filled from the data so one config fits every corpus: ``{nlist}`` (IVF lists,
+≈ 4·sqrt(N) unless set) and ``{m}`` (PQ sub-quantizers, must divide the dimension; default the
+largest divisor ≤ dim/8, i.e. 48 for MiniLM's 384). Every numeric parameter is checked first
+(null = auto, 0 refused: `check_build_params`).
 """
 
 from __future__ import annotations
