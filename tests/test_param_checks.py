@@ -52,6 +52,8 @@ def test_bad_fusion_weight_refused_everywhere(weight, tmp_path):
 
 
 def test_largest_weight_is_finite_and_ranks_by_bm25():
+    with pytest.raises(ValueError, match="weight"):
+        fuse_linear(BM25, DENSE, 1.0000001e6, normalize="none")  # the bound is sharp
     fused = fuse_linear(BM25, DENSE, 1e6, normalize="none")  # raw scores: the bound keeps the product finite
     assert all(math.isfinite(c["score"]) for r in fused for c in r["ctxs"])
     assert [c["id"] for c in fused[0]["ctxs"]][:3] == ["p1", "p2", "p3"]
@@ -193,6 +195,9 @@ def test_encode_max_length_at_the_limit_works(tiny_model_dir, tiny_data_dir, tmp
     from dpr.encode import encode_corpus
     from dpr.index.shards import read_embeddings
 
+    with pytest.raises(ValueError, match="got 257"):  # the bound is sharp: one more is refused
+        encode_corpus(tiny_model_dir, tiny_data_dir / "tiny" / "passages.tsv", tmp_path / "emb", max_length=257,
+                      device="cpu", runtime="torch", autocast="off", dtype="float32", progress=False)
     out = encode_corpus(tiny_model_dir, tiny_data_dir / "tiny" / "passages.tsv", tmp_path / "emb", max_length=256,
                         device="cpu", runtime="torch", autocast="off", dtype="float32", progress=False)
     ids, vecs = read_embeddings(out)
