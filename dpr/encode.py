@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from dpr.checks import INT32_MAX, MAX_BATCH, MAX_SHARDS, check_int, check_max_length, check_optional_int
 from dpr.index.fingerprint import model_fingerprint, passages_fingerprint
 from dpr.index.shards import ShardFiles, check_shard, commit_shard, shard_range, shards_for_rank
 
@@ -149,8 +150,11 @@ def encode_corpus(
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    if batch_size < 1 or chunk_size < 1:
-        raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size}, {chunk_size}")
+    check_int("batch_size", batch_size, 1, MAX_BATCH)
+    check_int("chunk_size", chunk_size, 1, INT32_MAX)
+    check_int("num_shards", num_shards, 1, MAX_SHARDS)
+    check_optional_int("shard_id", shard_id, 0, int(num_shards) - 1, f" (num_shards={num_shards})")
+    check_max_length(max_length)  # the model's own bound once it is loaded, before anything is encoded
     from dpr.models.onnx_runtime import require_onnxruntime, resolve_runtime
     from dpr.models.quantize import quantize_for_inference, resolve_quantize
 
@@ -187,6 +191,7 @@ def encode_corpus(
 
     dev = torch.device(device) if device else torch.device("cpu") if runtime == "onnx" else default_device()
     model, tokenizer = load_biencoder(str(model_path))
+    check_max_length(max_length, model.passage_encoder)
     model.to(dev)
     model = quantize_for_inference(model, quantize, dev)
     if quantize == "int8":
@@ -273,6 +278,7 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    check_max_length(max_length)
     quantize = resolve_quantize(quantize)
     runtime = resolve_runtime(runtime, device, autocast, quantize)
     dev = device or str(default_device())

@@ -13,6 +13,10 @@ k_rrf = 60 as in Cormack et al. 2009); scale-free, nothing to tune.
 Ties (equal fused scores) are broken by the better dense rank, then the better BM25 rank, then the
 passage id, so fused orders are deterministic.
 
+Weights are finite and in [0, MAX_WEIGHT = 1e6] (`dpr.checks`: min-max scores lie in [0, 1] and raw scores
+are float32, so ``w · bm25`` cannot overflow float64), ``k_rrf`` in [0, 1e6], ``k`` an integer >= 1; each
+is checked before any work, with one line naming the argument.
+
 Inputs are DPR results (a list of ``{question, answers, ctxs}``, aligned by position), TREC runs
 (``{qid: {docid: score}}``) or paths to either (``.json`` = results, anything else = TREC run).
 """
@@ -26,6 +30,7 @@ from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
+from dpr.checks import MAX_K, MAX_K_RRF, MAX_WEIGHT, check_float, check_int
 from dpr.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -35,19 +40,52 @@ Run = dict[str, dict[str, float]]
 Source = Union[Results, Run, str, Path]
 
 NORMALIZE = ("minmax", "none")
+FUSIONS = ("linear", "rrf")
 TUNE_METRICS = ("topk", "mrr")
 DEFAULT_GRID = [round(0.05 * i, 2) for i in range(41)]  # 0, 0.05, …, 2.0
+
+
+# ------------------------------------------------------------------------------------------ arguments
+
+def check_weight(weight: Any, name: str = "weight") -> float:
+    """A linear fusion weight: finite, in [0, 1e6] (see the module docstring for why that cannot overflow)."""
+    return check_float(name, weight, 0.0, MAX_WEIGHT)
+
+
+def check_k_rrf(k_rrf: Any) -> float:
+    return check_float("k_rrf", k_rrf, 0.0, MAX_K_RRF)
+
+
+def check_normalize(method: Any) -> str:
+    if method not in NORMALIZE:
+        raise ValueError(f"normalize must be one of {NORMALIZE}, got {method!r}")
+    return method
+
+
+def check_grid(grid: Any) -> list[float]:
+    if isinstance(grid, (str, bytes)) or not isinstance(grid, Sequence):
+        raise TypeError(f"grid must be a list of weights, got {type(grid).__name__}")
+    if not grid:
+        raise ValueError("the weight grid is empty")
+    return [check_weight(w, f"grid[{i}]") for i, w in enumerate(grid)]
+
+
+def _check_how(weight: Any, k_rrf: Any, normalize: str) -> dict[str, Any]:
+    if (weight is None) == (k_rrf is None):
+        raise ValueError("give exactly one of weight (linear fusion) or k_rrf (reciprocal rank fusion)")
+    if k_rrf is not None:
+        return {"k_rrf": check_k_rrf(k_rrf)}
+    return {"weight": check_weight(weight), "normalize": check_normalize(normalize)}
 
 
 # ---------------------------------------------------------------------------------------- one question
 
 def normalize_scores(scores: Sequence[float], method: str = "minmax") -> np.ndarray:
     """Per-question normalisation: ``minmax`` → [0, 1] (all equal → all 0), ``none`` → unchanged."""
+    check_normalize(method)
     arr = np.asarray(scores, dtype=np.float64)
     if method == "none" or arr.size == 0:
         return arr
-    if method != "minmax":
-        raise ValueError(f"normalize must be one of {NORMALIZE}, got {method!r}")
     lo, hi = arr.min(), arr.max()
     return (arr - lo) / (hi - lo) if hi > lo else np.zeros_like(arr)
 
@@ -159,14 +197,18 @@ def fuse_ranked(bm25_ranked: Sequence[tuple[str, float]], dense_ranked: Sequence
     """One question's fused top ``k`` as ``(passage id, score)``, best first: linear fusion with
     ``weight``, or reciprocal rank fusion with ``k_rrf`` (exactly one of them). The one fusion rule
     behind the file functions below and `dpr.api.HybridRetriever`."""
-    if (weight is None) == (k_rrf is None):
-        raise ValueError("give exactly one of weight (linear fusion) or k_rrf (reciprocal rank fusion)")
-    cand = _Candidates(bm25_ranked, dense_ranked, "none" if k_rrf is not None else normalize)
-    scores = cand.rrf(float(k_rrf)) if k_rrf is not None else cand.linear(float(weight))
+    how = _check_how(weight, k_rrf, normalize)
+    k = check_int("k", k, 1, MAX_K)
+    cand = _Candidates(bm25_ranked, dense_ranked, how.get("normalize", "none"))
+    scores = cand.rrf(how["k_rrf"]) if "k_rrf" in how else cand.linear(how["weight"])
+    if not np.isfinite(scores).all():  # only raw (normalize=none) scores can get here: one not finite
+        raise ValueError("fused scores are not finite: an input score is NaN/inf or too large for the weight")
     return [(cand.ids[i], float(scores[i])) for i in cand.order(scores)[:k]]
 
 
 def _fuse(bm25: Source, dense: Source, k: int, **how: Any) -> Results | Run:
+    how = _check_how(how.get("weight"), how.get("k_rrf"), how.get("normalize", "minmax"))
+    k = check_int("k", k, 1, MAX_K)  # before the inputs are read
     b, d = _pair_inputs(bm25, dense)
     if _is_run(b):
         return {qid: dict(fuse_ranked(_ranked_run(b.get(qid, {})), _ranked_run(d.get(qid, {})), k, **how))
@@ -184,7 +226,7 @@ def _fuse(bm25: Source, dense: Source, k: int, **how: Any) -> Results | Run:
 def fuse_linear(bm25: Source, dense: Source, weight: float, output: str | Path | None = None, *,
                 k: int = 100, normalize: str = "minmax") -> Results | Run:
     """``dense + weight · bm25`` per question, top ``k``; written to ``output`` when given."""
-    fused = _fuse(bm25, dense, k, weight=float(weight), normalize=normalize)
+    fused = _fuse(bm25, dense, k, weight=check_weight(weight), normalize=normalize)
     _write(output, fused, f"hybrid_w{weight:g}")
     return fused
 
@@ -192,7 +234,7 @@ def fuse_linear(bm25: Source, dense: Source, weight: float, output: str | Path |
 def fuse_rrf(bm25: Source, dense: Source, output: str | Path | None = None, *, k: int = 100,
              k_rrf: float = 60) -> Results | Run:
     """Reciprocal rank fusion ``Σ 1/(k_rrf + rank)``, top ``k``; written to ``output`` when given."""
-    fused = _fuse(bm25, dense, k, k_rrf=float(k_rrf))
+    fused = _fuse(bm25, dense, k, k_rrf=check_k_rrf(k_rrf))
     _write(output, fused, f"rrf{k_rrf:g}")
     return fused
 
@@ -224,8 +266,9 @@ def tune_linear_weight(bm25_dev: Source, dense_dev: Source, grid: Sequence[float
     ``metric="mrr"``: MRR@``metric_k`` of the first answer-bearing / relevant passage. Top-20 saturates
     near 98% on easy dev sets, so many weights tie there and the tie-break decides; MRR sees every rank.
     """
-    if not grid:
-        raise ValueError("the weight grid is empty")
+    grid = check_grid(grid)
+    metric_k = check_int("metric_k", metric_k, 1, MAX_K)
+    check_normalize(normalize)
     if metric not in TUNE_METRICS:
         raise ValueError(f"metric must be one of {TUNE_METRICS}, got {metric!r}")
     mrr = metric == "mrr"

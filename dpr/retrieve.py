@@ -16,6 +16,7 @@ import numpy as np
 
 from dpr.api.passages import fetch_passages
 from dpr.api.retriever import Retriever
+from dpr.checks import MAX_K, check_int
 from dpr.errors import DataError
 from dpr.fusion import DEFAULT_GRID, Run, fuse_linear, fuse_rrf, tune_linear_weight
 
@@ -183,6 +184,20 @@ def hybrid_retrieve(
     result files (``bm25_dev``, ``dense_dev``; ``qrels_dev`` for TREC runs). ``fusion="rrf"``:
     reciprocal rank fusion. Returns what was done (``weight`` and the tuning ``table`` for linear).
     """
+    from dpr.fusion import FUSIONS, check_grid, check_k_rrf, check_normalize, check_weight
+
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+    # every number before any file is read or the weight tuned
+    check_int("k", k, 1, MAX_K)
+    if fusion == "rrf":
+        check_k_rrf(k_rrf)
+    elif weight is not None:
+        check_weight(weight)
+    else:
+        check_grid(list(grid))
+        check_int("metric_k", metric_k, 1, MAX_K)
+    check_normalize(normalize)
     if fusion == "rrf":
         fuse_rrf(bm25, dense, output, k=k, k_rrf=k_rrf)
         return {"fusion": "rrf", "k_rrf": k_rrf, "output": str(output)}

@@ -119,3 +119,62 @@ def test_bad_arguments(cli_results):
         bm25.search(QUESTIONS, k=0)
     with pytest.raises(ValueError, match="prebuilt"):
         Retriever.bm25(psg, index=bm25.index, k1=1.2)
+
+
+def test_wrong_argument_types_and_values_are_one_clear_error(cli_results, tiny_model_dir):
+    """search([123]) was "object of type 'int' has no len()" (dense) / "'int' object has no attribute 'lower'"
+    (BM25); k=2.5 was accepted; k=nan a raw ValueError from int(); weight=nan wrote NaN scores."""
+    import math
+
+    from dpr import Retriever
+
+    root, psg = cli_results
+    bm25 = Retriever.bm25(psg)
+    dense = Retriever.dense(tiny_model_dir, root / "index.faiss", passages=psg, autocast="off")
+    hybrid = Retriever.hybrid(bm25, dense, weight=0.5, depth=8)
+    for r in (bm25, dense, hybrid):
+        for method in (r.search, r.search_ids):
+            cases = [
+                (([123], 3), TypeError, r"questions\[0\] must be a string, got int 123"),
+                (("q", 2.5), TypeError, "k must be an integer, got float 2.5"),
+                (("q", math.nan), TypeError, "k must be an integer, got float nan"),
+                (("q", True), TypeError, "k must be an integer, got bool True"),
+                (("q", 0), ValueError, r"k must be an integer \[1, 1000000\], got 0"),
+                ((42, 3), TypeError, "questions must be a list of strings"),
+            ]
+            for args, exc, words in cases:
+                with pytest.raises(exc, match=words) as info:
+                    method(*args)
+                assert "\n" not in str(info.value)
+    for bad in (math.nan, math.inf, 1e308, -1):
+        with pytest.raises(ValueError, match=r"weight must be a finite number \[0, 1e\+06\]"):
+            Retriever.hybrid(bm25, dense, weight=bad)
+    with pytest.raises(TypeError, match="weight must be a number, got str"):
+        Retriever.hybrid(bm25, dense, weight="0.5")
+    with pytest.raises(ValueError, match="k_rrf"):
+        Retriever.hybrid(bm25, dense, fusion="rrf", k_rrf=math.nan)
+    with pytest.raises(TypeError, match="depth must be an integer"):
+        Retriever.hybrid(bm25, dense, weight=0.5, depth=1.5)
+    with pytest.raises(TypeError, match="dense must be a Retriever"):
+        Retriever.hybrid(bm25, "index.faiss", weight=0.5)
+    for kw, words in [({"k1": math.nan}, "k1 must be a finite number"), ({"b": 2.0}, r"b must be a finite number \[0, 1\]"),
+                      ({"n_threads": -2}, "n_threads must be an integer")]:
+        with pytest.raises(ValueError, match=words):
+            Retriever.bm25(psg, **kw)
+    for kw, exc, words in [({"batch_size": 0}, ValueError, "batch_size"), ({"nprobe": 0}, ValueError, "nprobe"),
+                           ({"ef_search": -1}, ValueError, "ef_search"), ({"max_length": 0}, ValueError, "max_length"),
+                           ({"max_length": 257}, ValueError, r"max_length must be an integer \[1, 256\]"),
+                           ({"search_batch_size": 1.5}, TypeError, "search_batch_size")]:
+        with pytest.raises(exc, match=words):
+            Retriever.dense(tiny_model_dir, root / "index.faiss", passages=psg, **kw)
+
+
+def test_a_single_string_is_one_question(cli_results):
+    from dpr import Retriever
+
+    _, psg = cli_results
+    bm25 = Retriever.bm25(psg)
+    q = "what is the capital of france"
+    assert bm25.search_ids(q, 3) == bm25.search_ids([q], 3) and len(bm25.search_ids(q, 3)) == 1
+    assert [h.id for h in bm25.search(q, 3)[0]] == [p for p, _ in bm25.search_ids([q], 3)[0]]
+    assert bm25.search_ids([], 3) == [] and bm25.search_ids((q,), 3) == bm25.search_ids([q], 3)

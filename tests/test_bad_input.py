@@ -329,7 +329,7 @@ def test_answers_nested_deep_is_one_data_error(tmp_path):
 
 def test_eval_resamples_zero_refused(tmp_path):
     _one_line(_cli("dpr-eval", f"results=[{_results(tmp_path)}]", f"output_dir={tmp_path / 'e'}", "resamples=0"),
-              "resamples must be >= 1")
+              "config key resamples: 0 is out of range; allowed: [1, 1000000]")
 
 
 def test_bad_passages_surface_the_data_error(tmp_path, tiny_model_dir):
@@ -345,9 +345,9 @@ def test_degenerate_values_refused(tmp_path, tiny_data_dir, tiny_model_dir):
     tiny = tiny_data_dir / "tiny"
     _one_line(_cli("dpr-retrieve", f"model={tiny_model_dir}", f"index={tmp_path / 'i.faiss'}", "k=0",
                    f"passages={tiny / 'passages.tsv'}", f"qa={tiny / 'test.qa.tsv'}", f"output={tmp_path / 'o.json'}"),
-              "k must be >= 1")
+              "config key k: 0 is out of range")
     _one_line(_cli("dpr-bm25", "data=squad1_open", "data.name=tiny", f"data_dir={tiny_data_dir}", "k=0",
-                   f"output={tmp_path / 'b.json'}"), "k and depth must be >= 1")
+                   f"output={tmp_path / 'b.json'}"), "config key k: 0 is out of range")
     empty = _write(tmp_path, "empty.qa.tsv", "")
     index = tmp_path / "i.faiss"
     index.write_bytes(b"")  # never read: the empty question set is refused first (no metadata: not checkable)

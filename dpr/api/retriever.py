@@ -7,8 +7,11 @@
     hits = Retriever.hybrid(bm25, dense, weight=0.5).search(["who wrote hamlet?"], k=5)[0]
 
 Every retriever implements ``search_ids`` (ranked ``(passage id, score)`` per question); ``search``
-adds titles and texts from the passages file. The CLI commands, the pipeline's retrieval stages and
-the fusion of result files all go through these classes and `dpr.fusion.fuse_ranked`.
+adds titles and texts from the passages file. Both take a list of question strings, or one string as one
+question (the result is still one ranked list per question: ``search("q")[0]``). Every argument is
+checked first: a wrong type is a TypeError, a value out of range (``k=0``, ``weight=nan``) a
+ValueError, each one line naming the argument and what it got (`dpr.checks`). The CLI commands, the
+pipeline's retrieval stages and the fusion of result files all go through these classes and `dpr.fusion.fuse_ranked`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from dpr.api.passages import PassageStore
+from dpr.checks import (INT32_MAX, MAX_BATCH, MAX_K, MAX_THREADS, check_int, check_max_length, check_optional_int,
+                        check_questions)
 from dpr.errors import DataError
 
 if TYPE_CHECKING:
@@ -58,7 +63,10 @@ class Retriever:
         ``index_dir`` when it is up to date there (built and saved when not), else built in memory.
         BM25 settings default to the project's (k1=0.9, b=0.4, English stopwords and stemming)."""
         from dpr import bm25 as bm25_pkg
+        from dpr.bm25.index import check_bm25_params
 
+        check_bm25_params(k1, b)
+        check_int("n_threads", n_threads, -1, MAX_THREADS, " (0 = the calling thread, -1 = all cores)")
         params = {key: v for key, v in {"k1": k1, "b": b, "stopwords": stopwords, "stemmer": stemmer}.items()
                   if v is not None}
         if index is None:
@@ -81,34 +89,35 @@ class Retriever:
     @staticmethod
     def hybrid(bm25: "Retriever", dense: "Retriever", weight: float | None = None, *, fusion: str = "linear",
                normalize: str = "minmax", k_rrf: float = 60, depth: int = 100) -> "HybridRetriever":
-        """Fuse two retrievers per question: ``dense + weight · bm25`` after per-question min-max
-        normalisation (``fusion="linear"``; the pipeline writes its dev-tuned weight to
+        """Fuse two retrievers per question: ``dense + weight · bm25`` (weight finite in [0, 1e6]) after
+        per-question min-max normalisation (``fusion="linear"``; the pipeline writes its dev-tuned weight to
         ``<run>/hybrid/weight.json``), or reciprocal rank fusion (``fusion="rrf"``), over each one's
         top ``depth``."""
         return HybridRetriever(bm25, dense, weight, fusion=fusion, normalize=normalize, k_rrf=k_rrf, depth=depth)
 
     # -------------------------------------------------------------------------------- the interface
-    def search_ids(self, questions: Sequence[str], k: int = 10) -> list[Ranked]:
-        """The top ``k`` ``(passage id, score)`` per question, best first."""
+    def search_ids(self, questions: Sequence[str] | str, k: int = 10) -> list[Ranked]:
+        """The top ``k`` ``(passage id, score)`` per question, best first (a single string is one question)."""
+        return self._search_ids(check_questions(questions), _check_k(k))
+
+    def _search_ids(self, questions: list[str], k: int) -> list[Ranked]:
+        """`search_ids` with checked arguments: what each retriever implements."""
         raise NotImplementedError
 
     def search(self, questions: Sequence[str] | str, k: int = 10) -> list[list[Hit]]:
         """The top ``k`` passages per question (a single string is one question), best first, with
         titles and texts."""
-        if isinstance(questions, str):
-            questions = [questions]
+        questions, k = check_questions(questions), _check_k(k)
         if self.store is None:
             raise ValueError(f"{self.name} retriever has no passages file: give passages= to fetch texts, "
                              "or call search_ids")
-        ranked = self.search_ids(list(questions), k)
+        ranked = self._search_ids(questions, k)
         psg = self.store.fetch([pid for row in ranked for pid, _ in row])
         return [[Hit(pid, score, psg[pid]["title"], psg[pid]["text"]) for pid, score in row] for row in ranked]
 
 
-def _check_k(k: int) -> int:
-    if int(k) < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
-    return int(k)
+def _check_k(k: int, name: str = "k") -> int:
+    return check_int(name, k, 1, MAX_K)
 
 
 class BM25Retriever(Retriever):
@@ -119,15 +128,17 @@ class BM25Retriever(Retriever):
     def __init__(self, index: "BM25Index", passages: "str | Path | datasets.Dataset | None" = None,
                  n_threads: int = 0) -> None:
         self.index = index
-        self.n_threads = n_threads
+        self.n_threads = check_int("n_threads", n_threads, -1, MAX_THREADS, " (0 = the calling thread, -1 = all cores)")
         self.store = PassageStore(passages) if passages is not None else None
         if self.store is not None:
             self.store.check_order(index.ids)
 
-    def search_ids(self, questions: Sequence[str], k: int = 10) -> list[Ranked]:
+    def _search_ids(self, questions: list[str], k: int) -> list[Ranked]:
         from dpr.bm25.search import search_indices
 
-        rows, scores = search_indices(self.index, list(questions), _check_k(k), n_threads=self.n_threads)
+        if not questions:
+            return []
+        rows, scores = search_indices(self.index, questions, k, n_threads=self.n_threads)
         ids = self.index.ids
         return [[(ids[r], float(s)) for r, s in zip(rr, ss)] for rr, ss in zip(rows.tolist(), scores.tolist())]
 
@@ -152,15 +163,20 @@ class DenseRetriever(Retriever):
         from dpr.index.fingerprint import check_index_matches
         from dpr.models import load_biencoder
 
+        self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
+        self.search_batch_size = check_int("search_batch_size", search_batch_size, 1, MAX_BATCH)
+        check_optional_int("nprobe", nprobe, 1, INT32_MAX, " (null = as saved in the index)")
+        check_optional_int("ef_search", ef_search, 1, INT32_MAX, " (null = as saved in the index)")
+        check_max_length(max_length)  # the model's own bound once it is loaded
         self.index_path = Path(index)
         # an index from another model or passages file is refused before anything is loaded or encoded
         check_index_matches(self.index_path, run_dir, passages if isinstance(passages, (str, Path)) else None)
         self.index, self.ids = load_index(self.index_path, device=index_device, nprobe=nprobe, ef_search=ef_search)
         self.device = torch.device(device) if device else default_device()
         self.model, self.tokenizer = load_biencoder(str(run_dir))
+        self.max_length = check_max_length(max_length, self.model.question_encoder)
         self.model.to(self.device)
-        self.batch_size, self.search_batch_size = batch_size, search_batch_size
-        self.autocast, self.max_length = autocast, max_length
+        self.autocast = autocast
         self._check_index(read_index_meta(self.index_path))
         self.store = PassageStore(passages, cache_dir=cache_dir) if passages is not None else None
 
@@ -183,10 +199,9 @@ class DenseRetriever(Retriever):
                             max_length=self.max_length, device=self.device, autocast=self.autocast,
                             progress=len(questions) > self.batch_size).numpy()
 
-    def search_ids(self, questions: Sequence[str], k: int = 10) -> list[Ranked]:
+    def _search_ids(self, questions: list[str], k: int) -> list[Ranked]:
         from dpr.index import search
 
-        k = _check_k(k)
         if not questions:
             return []
         hits, scores = search(self.index, self.ids, self.encode(questions), k, batch_size=self.search_batch_size,
@@ -202,21 +217,27 @@ class HybridRetriever(Retriever):
 
     def __init__(self, bm25: Retriever, dense: Retriever, weight: float | None = None, *, fusion: str = "linear",
                  normalize: str = "minmax", k_rrf: float = 60, depth: int = 100) -> None:
-        if fusion not in ("linear", "rrf"):
-            raise ValueError(f"fusion must be 'linear' or 'rrf', got {fusion!r}")
+        from dpr.fusion import FUSIONS, check_k_rrf, check_normalize, check_weight
+
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
         if fusion == "linear" and weight is None:
             raise ValueError("linear fusion needs weight= (the pipeline's dev-tuned weight is in "
                              "<run>/hybrid/weight.json), or use fusion='rrf'")
+        for name, r in (("bm25", bm25), ("dense", dense)):
+            if not isinstance(r, Retriever):
+                raise TypeError(f"{name} must be a Retriever (Retriever.bm25 / Retriever.dense), "
+                                f"got {type(r).__name__}")
         self.bm25_retriever, self.dense_retriever = bm25, dense
-        self.how: dict[str, Any] = ({"k_rrf": float(k_rrf)} if fusion == "rrf"
-                                    else {"weight": float(weight), "normalize": normalize})
-        self.depth = _check_k(depth)
+        self.how: dict[str, Any] = ({"k_rrf": check_k_rrf(k_rrf)} if fusion == "rrf"
+                                    else {"weight": check_weight(weight), "normalize": check_normalize(normalize)})
+        self.depth = _check_k(depth, "depth")
         self.store = dense.store if dense.store is not None else bm25.store
 
-    def search_ids(self, questions: Sequence[str], k: int = 10) -> list[Ranked]:
+    def _search_ids(self, questions: list[str], k: int) -> list[Ranked]:
         from dpr.fusion import fuse_ranked
 
-        depth = max(self.depth, _check_k(k))
-        b = self.bm25_retriever.search_ids(questions, depth)
-        d = self.dense_retriever.search_ids(questions, depth)
+        depth = max(self.depth, k)
+        b = self.bm25_retriever._search_ids(questions, depth)
+        d = self.dense_retriever._search_ids(questions, depth)
         return [fuse_ranked(br, dr, k, **self.how) for br, dr in zip(b, d)]

@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from dpr.atomic import atomic_path, write_json_atomic
 from dpr.bm25.weights import bm25_csc, pack_tokens
+from dpr.checks import MAX_K1, check_float
 from dpr.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -60,11 +61,21 @@ def _bm25s():
     return bm25s
 
 
+def check_bm25_params(k1: Any = None, b: Any = None) -> None:
+    """k1 finite in [0, 1000] (0 = term frequency ignored), b in [0, 1] (length normalisation share);
+    None = the default. NaN or a huge k1 would make every score NaN or 0."""
+    if k1 is not None:
+        check_float("k1", k1, 0.0, MAX_K1)
+    if b is not None:
+        check_float("b", b, 0.0, 1.0)
+
+
 def index_params(k1: float = DEFAULT_K1, b: float = DEFAULT_B, stopwords: str | None = DEFAULT_STOPWORDS,
                  stemmer: str | None = DEFAULT_STEMMER) -> dict[str, Any]:
     """The parameters that define an index, normalised (``none``/``""``/``False`` mean off)."""
     def off(v: Any) -> Any:
         return None if v in (None, False, "", "none", "None", "null") else v
+    check_bm25_params(k1, b)
     return {"k1": float(k1), "b": float(b), "stopwords": off(stopwords), "stemmer": off(stemmer), "method": "lucene"}
 
 

@@ -9,6 +9,7 @@ import numpy as np
 from tqdm import tqdm
 
 from dpr.bm25.index import BM25Index
+from dpr.checks import MAX_K, check_int
 
 # Most queries scored together (fewer for big corpora: the dense score block is batch x passages).
 QUERY_BATCH = 256
@@ -80,7 +81,7 @@ def search_indices(
     Within a query, passages are ordered by score, ties by index row. ``n_threads`` > 0 scores
     batches in that many threads (numpy releases the GIL in the heavy parts); -1 = all cores.
     """
-    k = min(int(k), len(index))
+    k = min(check_int("k", k, 1, MAX_K), len(index))
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     n = len(queries)

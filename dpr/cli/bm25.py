@@ -88,8 +88,6 @@ def run_standalone(cfg: DictConfig) -> None:
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="bm25")
 @report_errors("dpr-bm25", outputs=("output",), schema="bm25")
 def _run(cfg: DictConfig) -> None:
-    if int(cfg.k) < 1 or int(cfg.depth) < 1:
-        raise ValueError(f"k and depth must be >= 1, got k={cfg.k}, depth={cfg.depth}")
     if cfg.get("data") is not None and cfg.passages:
         raise ValueError("give either data=<name> or passages=<tsv>, not both")
     if cfg.get("data") is not None:

@@ -4,7 +4,9 @@ how paths given on the command line are read (relative to where the user ran the
 from __future__ import annotations
 
 import datetime
+import errno
 import functools
+import json
 import logging
 import os
 import sys
@@ -33,7 +35,18 @@ PATH_KEYS = ("data_dir", "output_dir", "data.mirror_dir", "data.cache_dir", "pas
 # Expected failures: one line, exit 2. Anything else is a bug: one line + the traceback in a log file.
 # OSError covers missing/unwritable paths, full disks and models that cannot be found or loaded.
 # OmegaConf errors: a config problem (a missing mandatory value, an interpolation that cannot resolve).
-EXPECTED = (DataError, OSError, ValueError, OmegaConfBaseException)
+# A corrupt/truncated .safetensors file (read) or a full disk under safetensors (write) is a SafetensorError:
+# bad input or a full disk, not a bug.
+def _safetensors_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # pragma: no cover - safetensors comes with transformers
+        return ()
+    return (SafetensorError,)
+
+
+SAFETENSORS_ERRORS = _safetensors_errors()
+EXPECTED = (DataError, OSError, ValueError, OmegaConfBaseException, *SAFETENSORS_ERRORS)
 
 
 def launch_dir() -> Path:
@@ -101,11 +114,42 @@ def check_writable(path: str | os.PathLike, what: str = "output") -> Path:
     return p
 
 
+def check_safetensors_file(path: Path) -> None:
+    """DataError naming ``path`` if it is not a whole safetensors file (reads the header only): a truncated
+    or corrupted file would otherwise fail deep inside the loader without naming itself."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise DataError(path, f"truncated or not a safetensors file ({size} bytes, no header)")
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            raise DataError(path, f"truncated or corrupt safetensors file: header of {n} bytes, file of {size}")
+        try:
+            header = json.loads(f.read(n))
+            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            raise DataError(path, "corrupt safetensors file: unreadable header") from None
+    need = 8 + n + max(ends, default=0)
+    if need != size:
+        raise DataError(path, f"truncated or corrupt safetensors file: its tensors need {need} bytes, "
+                        f"the file holds {size}")
+
+
+def check_model_files(model_dir: str | os.PathLike) -> None:
+    """Every ``*.safetensors`` under a local model directory is whole (`check_safetensors_file`)."""
+    root = user_path(model_dir)
+    if root.is_dir():
+        for path in sorted(root.rglob("*.safetensors")):
+            check_safetensors_file(path)
+
+
 def check_model_path(model_path: str) -> None:
-    """A model given as a path must exist. Hugging Face would call a missing ``runs/x/model`` a badly
-    formed repo id; a hub name (``name`` or ``org/name``) is left to the loader."""
+    """A model given as a path must exist, and its safetensors files be whole. Hugging Face would call a
+    missing ``runs/x/model`` a badly formed repo id; a hub name (``name`` or ``org/name``) is left to the loader."""
     value = str(model_path)
     if user_path(value).exists():
+        check_model_files(value)
         return
     looks_local = value.startswith((".", "/", "~")) or value.count("/") > 1 or os.sep != "/" and os.sep in value
     if looks_local:
@@ -133,6 +177,32 @@ def write_error_log(command: str, err: BaseException) -> Path | None:
 
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
+
+
+def _file_in_traceback(err: BaseException, suffix: str = ".safetensors") -> str | None:
+    """The innermost file name ending in ``suffix`` held by a local of the frames ``err`` passed through
+    (safetensors' errors do not name their file; its Python wrappers hold it as ``filename``)."""
+    found, tb = None, err.__traceback__
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, (str, os.PathLike)) and str(value).endswith(suffix):
+                found = str(value)
+        tb = tb.tb_next
+    return found
+
+
+def describe_expected(err: BaseException) -> str:
+    """One line for an expected error; safetensors and disk-full errors get the file they were about."""
+    text = _one_line(err)
+    if SAFETENSORS_ERRORS and isinstance(err, SAFETENSORS_ERRORS):
+        where = _file_in_traceback(err) or "a .safetensors file"
+        if "serializ" in text and "deserializ" not in text:
+            full = "StorageFull" in text or "code: 28" in text
+            return f"cannot write {where}: {'disk full (No space left on device)' if full else text}"
+        return f"{where}: corrupt or truncated safetensors file ({text})"
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC and not err.filename:
+        return f"disk full: {text}"
+    return text
 
 
 def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | None = None) -> Callable:
@@ -164,7 +234,7 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
                                 check_writable(value, key)
                 return fn(*args, **kwargs)
             except EXPECTED as err:
-                print(f"{command}: error: {_one_line(err)}", file=sys.stderr)
+                print(f"{command}: error: {describe_expected(err)}", file=sys.stderr)
                 sys.exit(2)
             except KeyboardInterrupt:
                 print(f"{command}: interrupted", file=sys.stderr)

@@ -9,7 +9,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from dpr.cli.common import CONF_DIR, rename_overrides, report_errors
+from dpr.cli.common import CONF_DIR, check_model_path, rename_overrides, report_errors
 
 # A built-in sample for check=true: real questions and passages, so a broken export shows.
 CHECK_QUESTIONS = ["what is the capital of france", "who wrote hamlet", "how do plants make energy",
@@ -29,6 +29,7 @@ def _run(cfg: DictConfig) -> None:
 
     if cfg.format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {cfg.format!r}")
+    check_model_path(cfg.model_path)  # missing, or a truncated/corrupt safetensors file: named before any work
     from dpr.rerank.model import is_cross_encoder_dir
 
     if is_cross_encoder_dir(cfg.model_path):  # a dpr-rerank output: a sentence-transformers CrossEncoder

@@ -12,7 +12,7 @@ register_schema()  # train/schema: conf/train/*.yaml extend the TrainConfig data
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="pipeline")
-@report_errors("dpr-pipeline", outputs=("output_dir", "data_dir"))
+@report_errors("dpr-pipeline", outputs=("output_dir", "data_dir"), schema="pipeline")
 def main(cfg: DictConfig) -> None:
     from dpr.pipeline import run_pipeline  # heavy imports only once the config is valid
 

@@ -41,8 +41,6 @@ def _require_questions(cfg: DictConfig) -> None:
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="retrieve")
 @report_errors("dpr-retrieve", outputs=("output",), schema="retrieve")
 def _run(cfg: DictConfig) -> None:
-    if int(cfg.k) < 1:  # k=0 would write a results file with no passages in it
-        raise ValueError(f"k must be >= 1, got {cfg.k}")
     if cfg.mode == "hybrid":
         from dpr.retrieve import hybrid_retrieve
 

@@ -8,18 +8,90 @@ registered in Hydra's ConfigStore (``<command>_schema``) so other configs can ex
 Group schemas: ``model`` is `BiEncoderConfig` itself (closed: every key typed); ``data`` types the
 keys every dataset has and leaves recipe-specific keys open (each recipe checks its own);
 ``index`` types every index parameter.
+
+Ranges: every numeric key carries its allowed range (``ranged(default, lo, hi, note)`` field metadata,
+limits from `dpr.checks`), checked by `check_ranges` after the types: ``weight=nan``, ``k=0`` or
+``index.nprobe=0`` is one line naming the key, the value and the range. null means the documented
+default ("auto"); 0 is never read as "auto". ``dpr-pipeline``'s schema types the sections it reads and
+stays open to other keys.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from dpr.checks import (INT32_MAX, MAX_BATCH, MAX_K, MAX_K1, MAX_K_RRF, MAX_LENGTH, MAX_RESAMPLES, MAX_SHARDS,
+                        MAX_THREADS, MAX_WEIGHT, SEED_MAX, describe_range, in_range)
 from dpr.models import BiEncoderConfig
+
+
+# ------------------------------------------------------------------------------------------- ranges
+# Every numeric key carries its allowed range as field metadata (``ranged``); `check_ranges` is the one
+# checker. null (where the type is Optional) means the documented default ("auto"); 0 is never "auto".
+
+@dataclass(frozen=True)
+class Range:
+    lo: float | None = None
+    hi: float | None = None
+    note: str = ""             # what the range does not say: what null means, a bound checked later
+
+    def describe(self) -> str:
+        return describe_range(self.lo, self.hi) + (f" ({self.note})" if self.note else "")
+
+    def allows(self, value: Any) -> bool:
+        if value is None:
+            return True
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        return math.isfinite(value) and in_range(value, self.lo, self.hi)
+
+
+def ranged(default: Any, lo: float | None = None, hi: float | None = None, note: str = "") -> Any:
+    """A schema field with an allowed range (checked by `check_ranges`)."""
+    return field(default=default, metadata={"range": Range(lo, hi, note)})
+
+
+def ranged_list(lo: float | None = None, hi: float | None = None, default: Callable[[], list] = list) -> Any:
+    """A list field whose every element has the range."""
+    return field(default_factory=default, metadata={"range": Range(lo, hi), "each": True})
+
+
+def _dataclass_of(tp: Any) -> type | None:
+    for t in (tp, *typing.get_args(tp)):  # Optional[X] → X
+        if dataclasses.is_dataclass(t):
+            return t
+    return None
+
+
+def range_rules(schema: type, prefix: str = "") -> dict[str, tuple[Range, bool]]:
+    """Every ranged key of ``schema`` (dotted, nested groups included) → (range, per element)."""
+    rules: dict[str, tuple[Range, bool]] = {}
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        if "range" in f.metadata:
+            rules[prefix + f.name] = (f.metadata["range"], bool(f.metadata.get("each")))
+        elif (sub := _dataclass_of(hints[f.name])) is not None:
+            rules.update(range_rules(sub, f"{prefix}{f.name}."))
+    return rules
+
+
+def check_ranges(cfg: DictConfig, schema: type) -> None:
+    """Raise ValueError (one line) naming the first key whose value lies outside its documented range."""
+    for key, (rule, each) in range_rules(schema).items():
+        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        values = list(enumerate(value)) if each and value is not None else [(None, value)]
+        for i, v in values:
+            if not rule.allows(v):
+                where = key if i is None else f"{key}[{i}]"
+                raise ValueError(f"config key {where}: {v!r} is out of range; allowed: {rule.describe()}")
 
 
 @dataclass
@@ -29,22 +101,24 @@ class DataSchema:
     recipe: Optional[str] = None
     mirror_dir: Optional[str] = None
     cache_dir: Optional[str] = None
-    seed: Optional[int] = None
+    seed: Optional[int] = ranged(None, 0, SEED_MAX)
 
 
 @dataclass
 class IndexSchema:
-    factory: str = "Flat"
+    # null = auto (FAISS's default, or the value derived from the data / saved in the index); 0 is refused
+    # (faiss reads 0 lists or a 0-wide beam as "return nothing", and HNSW0 aborts the process)
+    factory: str = "Flat"      # parsed by dpr.index.factory before FAISS sees it
     metric: str = "ip"
     device: str = "cpu"
-    add_batch_size: int = 65536
-    ef_construction: Optional[int] = None
-    ef_search: Optional[int] = None
-    nlist: Optional[int] = None
-    m: Optional[int] = None
-    train_sample: Optional[int] = None
-    nprobe: Optional[int] = None
-    seed: Optional[int] = None
+    add_batch_size: int = ranged(65536, 1, INT32_MAX)
+    ef_construction: Optional[int] = ranged(None, 1, INT32_MAX, note="null = faiss's 40")
+    ef_search: Optional[int] = ranged(None, 1, INT32_MAX, note="null = faiss's 16 / as saved")
+    nlist: Optional[int] = ranged(None, 1, INT32_MAX, note="null = about 4*sqrt(N)")
+    m: Optional[int] = ranged(None, 1, INT32_MAX, note="null = largest divisor of dim <= dim/8")
+    train_sample: Optional[int] = ranged(None, 1, INT32_MAX, note="null = every vector")
+    nprobe: Optional[int] = ranged(None, 1, INT32_MAX, note="null = faiss's 1 / as saved")
+    seed: Optional[int] = ranged(None, 0, SEED_MAX)
 
 
 @dataclass
@@ -60,16 +134,16 @@ class Bm25Schema:
     data_dir: str = MISSING
     split: str = "test"
     output: Optional[str] = None
-    k: int = 100
-    n_threads: int = 0
-    k1: float = 0.9
-    b: float = 0.4
+    k: int = ranged(100, 1, MAX_K)
+    n_threads: int = ranged(0, -1, MAX_THREADS, note="0 = the calling thread, -1 = all cores")
+    k1: float = ranged(0.9, 0.0, MAX_K1)
+    b: float = ranged(0.4, 0.0, 1.0)
     stopwords: Any = "en"
     stemmer: Optional[str] = None
     index_dir: Optional[str] = None
     mine: bool = False
-    num_negatives: int = 30
-    depth: int = 100
+    num_negatives: int = ranged(30, 1, MAX_K)
+    depth: int = ranged(100, 1, MAX_K)
     force: bool = False
     passages: Optional[str] = None
     qa: Optional[str] = None
@@ -82,16 +156,16 @@ class EncodeSchema:
     model_path: str = MISSING
     passages: str = MISSING
     output_dir: str = MISSING
-    shard_id: Optional[int] = None
-    num_shards: int = 1
-    batch_size: int = 64
+    shard_id: Optional[int] = ranged(None, 0, MAX_SHARDS - 1, note="and < num_shards; null = every shard")
+    num_shards: int = ranged(1, 1, MAX_SHARDS)
+    batch_size: int = ranged(64, 1, MAX_BATCH)
     dtype: str = "float16"
     autocast: Any = "auto"
     quantize: str = "auto"
     runtime: str = "auto"
     device: Optional[str] = None
-    max_length: Optional[int] = None
-    chunk_size: int = 16384
+    max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
+    chunk_size: int = ranged(16384, 1, INT32_MAX)
 
 
 @dataclass
@@ -111,28 +185,28 @@ class RetrieveSchema:
     qa: Optional[str] = None
     queries: Optional[str] = None
     qrels: Optional[str] = None
-    k: int = 100
-    batch_size: int = 64
-    search_batch_size: int = 1024
+    k: int = ranged(100, 1, MAX_K)
+    batch_size: int = ranged(64, 1, MAX_BATCH)
+    search_batch_size: int = ranged(1024, 1, MAX_BATCH)
     device: Optional[str] = None
     autocast: Any = "auto"
     index_device: str = "cpu"
-    nprobe: Optional[int] = None
-    ef_search: Optional[int] = None
+    nprobe: Optional[int] = ranged(None, 1, INT32_MAX, note="null = as saved in the index")
+    ef_search: Optional[int] = ranged(None, 1, INT32_MAX, note="null = as saved in the index")
     match: str = "string"
-    max_length: Optional[int] = None
+    max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
     bm25: Optional[str] = None
     dense: Optional[str] = None
     fusion: str = "linear"
-    weight: Optional[float] = None
+    weight: Optional[float] = ranged(None, 0.0, MAX_WEIGHT, note="null = tuned on dev")
     normalize: str = "minmax"
     bm25_dev: Optional[str] = None
     dense_dev: Optional[str] = None
     qrels_dev: Optional[str] = None
-    grid: List[float] = field(default_factory=list)
+    grid: List[float] = ranged_list(0.0, MAX_WEIGHT)
     metric: str = "mrr"
-    metric_k: int = 100
-    k_rrf: float = 60.0
+    metric_k: int = ranged(100, 1, MAX_K)
+    k_rrf: float = ranged(60.0, 0.0, MAX_K_RRF)
 
 
 @dataclass
@@ -141,10 +215,10 @@ class EvalSchema:
     names: Any = None
     output_dir: str = MISSING
     qrels: Optional[str] = None
-    ks: List[int] = field(default_factory=lambda: [1, 5, 10, 20, 50, 100])
+    ks: List[int] = ranged_list(1, MAX_K, default=lambda: [1, 5, 10, 20, 50, 100])
     match: str = "string"
-    resamples: int = 1000
-    seed: int = 0
+    resamples: int = ranged(1000, 1, MAX_RESAMPLES)
+    seed: int = ranged(0, 0, SEED_MAX)
 
 
 @dataclass
@@ -157,14 +231,83 @@ class TrainCommandSchema:
     data_dir: str = MISSING
     output_dir: str = MISSING
     train_file: Optional[str] = None  # re-mining rounds train on their own file
-    seed: int = 42
+    seed: int = ranged(42, 0, SEED_MAX)
     overwrite: bool = False
+
+
+# dpr-pipeline: the sections it reads are typed and ranged; the schema stays open (the encode and bm25
+# sections are passed on as keyword arguments, so a `+encode.<key>` the function takes is legal).
+@dataclass
+class PipelineBm25:
+    k1: float = ranged(0.9, 0.0, MAX_K1)
+    b: float = ranged(0.4, 0.0, 1.0)
+    stopwords: Any = "en"
+    stemmer: Optional[str] = None
+    k: int = ranged(100, 1, MAX_K)
+    mine: bool = True
+    num_negatives: int = ranged(30, 1, MAX_K)
+
+
+@dataclass
+class PipelineEncode:
+    batch_size: int = ranged(64, 1, MAX_BATCH)
+    dtype: str = "float16"
+    autocast: Any = "auto"
+    quantize: str = "auto"
+    runtime: str = "auto"
+    max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
+
+
+@dataclass
+class PipelineRetrieve:
+    k: int = ranged(100, 1, MAX_K)
+    batch_size: int = ranged(64, 1, MAX_BATCH)
+    autocast: Any = "auto"
+
+
+@dataclass
+class PipelineHybrid:
+    grid: List[float] = ranged_list(0.0, MAX_WEIGHT)
+    metric: str = "mrr"
+    metric_k: int = ranged(100, 1, MAX_K)
+    normalize: str = "minmax"
+    rrf_k: float = ranged(60.0, 0.0, MAX_K_RRF)
+
+
+@dataclass
+class PipelineEval:
+    ks: List[int] = ranged_list(1, MAX_K, default=lambda: [1, 5, 10, 20, 50, 100])
+    match: str = "string"
+
+
+@dataclass
+class PipelineSchema:
+    data: DataSchema = field(default_factory=DataSchema)
+    index: IndexSchema = field(default_factory=IndexSchema)
+    model: Any = None      # BiEncoderConfig, TrainConfig, the loss and the reader check their own groups
+    train: Any = None
+    loss: Any = None
+    logger: Any = None
+    reader_cfg: Any = None
+    data_dir: str = MISSING
+    output_dir: str = MISSING
+    seed: int = ranged(42, 0, SEED_MAX)
+    force: bool = False
+    reader: bool = False
+    until: Optional[str] = None
+    bm25: PipelineBm25 = field(default_factory=PipelineBm25)
+    encode: PipelineEncode = field(default_factory=PipelineEncode)
+    retrieve: PipelineRetrieve = field(default_factory=PipelineRetrieve)
+    hybrid: PipelineHybrid = field(default_factory=PipelineHybrid)
+    eval: PipelineEval = field(default_factory=PipelineEval)
 
 
 SCHEMAS: Dict[str, type] = {
     "prepare": PrepareSchema, "bm25": Bm25Schema, "encode": EncodeSchema, "index": IndexCommandSchema,
-    "retrieve": RetrieveSchema, "eval": EvalSchema, "train": TrainCommandSchema,
+    "retrieve": RetrieveSchema, "eval": EvalSchema, "train": TrainCommandSchema, "pipeline": PipelineSchema,
 }
+# Schemas whose keys are typed where named but stay open to others.
+OPEN_SCHEMAS = (PipelineSchema,)
 # Groups whose recipe-specific keys stay open (typed where the schema names them).
 OPEN_GROUPS = {"data": DataSchema}
 
@@ -175,6 +318,8 @@ for _name, _schema in SCHEMAS.items():
 
 def _schema_node(schema: type, cfg: DictConfig) -> DictConfig:
     node = OmegaConf.structured(schema)
+    if schema in OPEN_SCHEMAS:
+        OmegaConf.set_struct(node, False)
     for group, group_schema in OPEN_GROUPS.items():
         if group not in node:
             continue
@@ -187,14 +332,16 @@ def _schema_node(schema: type, cfg: DictConfig) -> DictConfig:
     return node
 
 
-def check_config(cfg: DictConfig, schema: type) -> None:
-    """Raise ValueError (one line) if ``cfg`` has a key the schema lacks or a value of the wrong type."""
+def check_config(cfg: DictConfig, schema: type) -> DictConfig:
+    """Raise ValueError (one line) if ``cfg`` has a key the schema lacks, a value of the wrong type or one
+    outside its range (`check_ranges`); returns the config as the schema types it."""
     missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
     if missing:
         raise ValueError(f"config key {missing[0]}: required, give {missing[0]}=<value>"
                          + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""))
     try:
-        OmegaConf.merge(_schema_node(schema, cfg), OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
+        merged = OmegaConf.merge(_schema_node(schema, cfg),
+                                 OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "?"
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
@@ -203,3 +350,5 @@ def check_config(cfg: DictConfig, schema: type) -> None:
             known = sorted(parent.keys() if isinstance(parent, DictConfig) else OmegaConf.structured(schema).keys())
             raise ValueError(f"config key {key}: unknown; known keys: {', '.join(map(str, known))}") from None
         raise ValueError(f"config key {key}: {first}") from None
+    check_ranges(merged, schema)
+    return merged

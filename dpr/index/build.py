@@ -1,8 +1,10 @@
 """Build a FAISS index over the embedding shards of `dpr-encode`.
 
-Any ``faiss.index_factory`` string works. Two placeholders are filled from the data so one config
-fits every corpus: ``{nlist}`` (IVF lists, ≈ 4·sqrt(N) unless set) and ``{m}`` (PQ sub-quantizers,
-must divide the dimension; default the largest divisor ≤ dim/8, i.e. 48 for MiniLM's 384).
+The factory strings of `dpr.index.factory` work (parsed and checked before faiss sees them). Two
+placeholders are filled from the data so one config fits every corpus: ``{nlist}`` (IVF lists,
+≈ 4·sqrt(N) unless set) and ``{m}`` (PQ sub-quantizers, must divide the dimension; default the
+largest divisor ≤ dim/8, i.e. 48 for MiniLM's 384). Every numeric parameter is checked first
+(null = auto, 0 refused: `check_build_params`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
+from dpr.checks import INT32_MAX, SEED_MAX, check_int, check_optional_int
 from dpr.index import gpu
+from dpr.index.factory import check_filled, parse_factory
 from dpr.index.shards import embeddings_info, gather_rows, iter_batches, list_shards
 
 log = logging.getLogger(__name__)
@@ -43,28 +47,39 @@ def default_pq_m(dim: int) -> int:
 
 def resolve_factory(factory: str, dim: int, count: int, train_count: int | None = None,
                     nlist: int | None = None, m: int | None = None) -> str:
-    """Fill ``{nlist}``/``{m}`` and check the PQ constraints before faiss fails with a C++ error."""
+    """Parse the factory string (`dpr.index.factory`), fill ``{nlist}``/``{m}`` and check it against the
+    data before faiss sees it (faiss aborts the process on some strings and fails with C++ errors on others)."""
     train_count = count if train_count is None else train_count
+    parse_factory(factory)  # the form and its literal numbers, before anything is filled in
+    nlist = check_optional_int("index.nlist", nlist, 1, INT32_MAX, " (null = about 4*sqrt(N))")
+    m = check_optional_int("index.m", m, 1, INT32_MAX, " (null = largest divisor of dim <= dim/8)")
+    factory = factory.strip()
     if "{nlist}" in factory:
-        factory = factory.replace("{nlist}", str(int(nlist) if nlist else default_nlist(count, train_count)))
+        factory = factory.replace("{nlist}", str(nlist or default_nlist(count, train_count)))
     if "{m}" in factory:
-        factory = factory.replace("{m}", str(int(m) if m else default_pq_m(dim)))
-    for pq in re.finditer(r"PQ(\d+)(?:x(\d+))?", factory):
-        pq_m, nbits = int(pq.group(1)), int(pq.group(2) or 8)
-        if dim % pq_m:
-            raise ValueError(f"index factory {factory!r}: PQ m={pq_m} must divide the dimension {dim}")
-        if train_count < 2 ** nbits:
-            raise ValueError(f"index factory {factory!r}: {nbits}-bit PQ needs at least {2 ** nbits} training "
-                             f"vectors, have {train_count}; use fewer bits (PQ{pq_m}x4) or index=flat")
-    for ivf in re.finditer(r"IVF(\d+)", factory):
-        if int(ivf.group(1)) > train_count:
-            raise ValueError(f"index factory {factory!r}: {ivf.group(1)} IVF lists but only {train_count} "
-                             "training vectors")
+        factory = factory.replace("{m}", str(m or default_pq_m(dim)))
+    check_filled(parse_factory(factory), dim, train_count)
     return factory
 
 
+def check_build_params(train_sample: int | None = None, add_batch_size: int = 65_536,
+                       ef_construction: int | None = None, ef_search: int | None = None,
+                       nprobe: int | None = None, seed: int = 0) -> None:
+    """The numeric build settings in range (null = auto, as `dpr.cli.schemas.IndexSchema` documents; 0 refused)."""
+    check_optional_int("index.train_sample", train_sample, 1, INT32_MAX, " (null = every vector)")
+    check_int("index.add_batch_size", add_batch_size, 1, INT32_MAX)
+    check_optional_int("index.ef_construction", ef_construction, 1, INT32_MAX)
+    check_search_params(nprobe=nprobe, ef_search=ef_search)
+    check_int("index.seed", seed, 0, SEED_MAX)
+
+
+def check_search_params(nprobe: int | None = None, ef_search: int | None = None) -> None:
+    check_optional_int("nprobe", nprobe, 1, INT32_MAX, " (null = as saved in the index)")
+    check_optional_int("ef_search", ef_search, 1, INT32_MAX, " (null = as saved in the index)")
+
+
 def _train_count(count: int, train_sample: int | None) -> int:
-    return count if not train_sample else min(int(train_sample), count)
+    return count if train_sample is None else min(int(train_sample), count)
 
 
 def planned_factory(embeddings_dir: str | Path, factory: str = "Flat", train_sample: int | None = 262_144,
@@ -77,13 +92,14 @@ def planned_factory(embeddings_dir: str | Path, factory: str = "Flat", train_sam
 
 def set_search_params(index: faiss.Index, nprobe: int | None = None, ef_search: int | None = None) -> None:
     """Apply query-time knobs where the index has them (IVF ``nprobe``, HNSW ``efSearch``)."""
+    check_search_params(nprobe=nprobe, ef_search=ef_search)
     ps = faiss.GpuParameterSpace() if gpu.is_gpu_index(index) else faiss.ParameterSpace()
-    if nprobe:
+    if nprobe is not None:
         try:
             ps.set_index_parameter(index, "nprobe", int(nprobe))
         except RuntimeError:
             log.debug("index has no nprobe; ignored")
-    if ef_search:
+    if ef_search is not None:
         try:
             ps.set_index_parameter(index, "efSearch", int(ef_search))
         except RuntimeError:
@@ -119,6 +135,10 @@ def build_index(
         raise ValueError(f"metric must be one of {sorted(METRICS)}, got {metric!r}")
     if device not in ("cpu", "gpu"):
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    parse_factory(factory)  # every config value checked before the shards are read
+    check_build_params(train_sample, add_batch_size, ef_construction, ef_search, nprobe, seed)
+    check_optional_int("index.nlist", nlist, 1, INT32_MAX, " (null = about 4*sqrt(N))")
+    check_optional_int("index.m", m, 1, INT32_MAX, " (null = largest divisor of dim <= dim/8)")
     start = time.perf_counter()
     shards = list_shards(embeddings_dir)
     info = embeddings_info(shards)
@@ -133,7 +153,7 @@ def build_index(
     for inner in (faiss.downcast_index(index), faiss.try_extract_index_ivf(index)):
         if getattr(inner, "do_polysemous_training", False):
             inner.do_polysemous_training = False
-    if ef_construction and hasattr(index, "hnsw"):
+    if ef_construction is not None and hasattr(index, "hnsw"):
         index.hnsw.efConstruction = int(ef_construction)
     log.info("building %s (%s) over %d passages × %d dims", factory, metric, count, dim)
 

@@ -8,6 +8,8 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
+from dpr.checks import MAX_BATCH, MAX_K, check_int
+
 log = logging.getLogger(__name__)
 
 
@@ -22,7 +24,8 @@ def search(index: faiss.Index, ids: list[str], queries: np.ndarray, k: int,
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     if queries.ndim != 2 or queries.shape[1] != index.d:
         raise ValueError(f"queries must be [n, {index.d}], got {list(queries.shape)}")
-    k = min(int(k), int(index.ntotal))
+    k = min(check_int("k", k, 1, MAX_K), int(index.ntotal))
+    batch_size = check_int("search_batch_size", batch_size, 1, MAX_BATCH)
     n = queries.shape[0]
     scores = np.full((n, max(k, 0)), -np.inf, dtype=np.float32)
     labels = np.full((n, max(k, 0)), -1, dtype=np.int64)
@@ -35,4 +38,8 @@ def search(index: faiss.Index, ids: list[str], queries: np.ndarray, k: int,
             scores = -scores
         scores[labels < 0] = -np.inf
     hits = [[ids[j] for j in row if j >= 0] for row in labels]
+    short = sum(len(row) < k for row in hits)
+    if short:  # IVF: the probed lists hold fewer than k vectors. Said, never silent.
+        log.warning("%d of %d queries got fewer than k=%d passages (an IVF index probing too few lists: raise "
+                    "nprobe)", short, n, k)
     return hits, scores

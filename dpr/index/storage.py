@@ -17,7 +17,7 @@ import faiss
 from dpr.atomic import atomic_path, write_json_atomic
 from dpr.errors import DataError
 from dpr.index import gpu
-from dpr.index.build import build_index, planned_factory, set_search_params
+from dpr.index.build import build_index, check_search_params, planned_factory, set_search_params
 from dpr.index.shards import embeddings_info, list_shards, read_ids, write_ids
 
 log = logging.getLogger(__name__)
@@ -75,12 +75,36 @@ def load_index(path: str | Path, device: str = "cpu", nprobe: int | None = None,
     ids = read_ids(ids_path(path))
     if len(ids) != index.ntotal:
         raise DataError(ids_path(path), f"{len(ids)} ids for an index of {index.ntotal} vectors")
+    check_search_params(nprobe=nprobe, ef_search=ef_search)
+    # on the CPU copy, before any GPU copy: a saved value given again here is replaced, not refused
+    check_saved_search_params(index, path, nprobe=nprobe, ef_search=ef_search)
     if device == "gpu":
         index = gpu.to_gpus(index, shard=True)
     elif device != "cpu":
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
     set_search_params(index, nprobe=nprobe, ef_search=ef_search)
     return index, ids
+
+
+def saved_search_params(index: faiss.Index) -> dict[str, int]:
+    """The query-time knobs a CPU index holds (``nprobe`` of IVF, ``ef_search`` of HNSW) as faiss stores them."""
+    out: dict[str, int] = {}
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+        out["nprobe"] = int(ivf.nprobe)
+    inner = faiss.downcast_index(index)
+    if hasattr(inner, "hnsw"):
+        out["ef_search"] = int(inner.hnsw.efSearch)
+    return out
+
+
+def check_saved_search_params(index: faiss.Index, path: str | Path, **overrides: int | None) -> None:
+    """An index saved with ``ef_search``/``nprobe`` < 1 (written before they were checked) would return fewer
+    than k passages per question, or none: refused unless overridden, naming the override that fixes it."""
+    for key, value in saved_search_params(index).items():
+        if value < 1 and overrides.get(key) is None:
+            raise DataError(path, f"the index holds {key}={value} (saved before it was checked; faiss would return "
+                            f"fewer than k passages): give {key}=<n >= 1> to search it", field=key)
 
 
 def build_and_save(embeddings_dir: str | Path, output: str | Path, **params: Any) -> dict:
