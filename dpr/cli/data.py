@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import sys
 import logging
 
 import hydra
 from omegaconf import DictConfig
 
+from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 
 log = logging.getLogger(__name__)
@@ -24,6 +26,7 @@ def _run(cfg: DictConfig) -> None:
 
 @quiet_interrupt("dpr-data")
 def main() -> None:
+    sys.argv = hydra_argv(sys.argv)  # overrides and Hydra's flags in any order
     _run()
 
 
