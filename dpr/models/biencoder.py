@@ -34,8 +34,10 @@ _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 # The allowed range of every numeric key of BiEncoderConfig (one line naming the key when outside it).
 MODEL_RANGES: dict[str, Range] = {
-    "projection_dim": Int(1, optional=True, note="null: no projection"),
-    "temperature": Real(0, lo_open=True),  # scores are divided by it: 0 or inf makes every score inf or 0
+    "projection_dim": Int(1, 65536, optional=True, note="null: no projection"),
+    # scores are divided by it: below, fp32 scores overflow (1e-20: inf gradients, 1e-40: NaN loss); above,
+    # every score rounds to the same value (1e300: all ties) -- no training signal, and nothing to rank
+    "temperature": Real(1e-4, 1e4),
     "question_max_length": Int(1),
     "passage_max_length": Int(1),
 }

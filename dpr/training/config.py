@@ -138,10 +138,12 @@ TRAIN_RANGES: dict[str, Range] = {
     "remine_skip_top": Int(0),
     "remine_relative_margin": Real(0, note="0: no margin filter"),
     "remine_bm25_share": Real(0, 1),
-    "lr": Real(0, lo_open=True),
-    "weight_decay": Real(0),
+    # reals beyond these bounds are no learning rate: AdamW diverges at once, or torch cannot even apply them
+    # in fp32 ("value cannot be converted to type float without overflow" at lr 1e300)
+    "lr": Real(0, 1, lo_open=True),
+    "weight_decay": Real(0, 1),  # AdamW multiplies the weights by (1 - lr x weight_decay)
     "adam_betas": Real(0, 1, hi_open=True, count=(2, 2)),  # beta = 1: Adam's bias correction divides by 0
-    "adam_eps": Real(0, lo_open=True),
+    "adam_eps": Real(0, 1, lo_open=True),
     "warmup_steps": Int(0, note="0: train.warmup_ratio decides"),
     "warmup_ratio": Real(0, 1),
     "max_grad_norm": Real(note="<= 0: no clipping"),

@@ -3,7 +3,7 @@
 - **Average rank** (DPR's ``validate_average_rank``): every dev question is scored against one pool
   made of all dev questions' positives and up to ``hard_negatives`` of their negatives (duplicates
   removed). A question's rank is the number of pool passages that are not its positives and score
-  above its best positive (0 = ranked first). Lower is better; cheap, so it runs every validation.
+  at least as high as its best positive (0 = ranked first; a tie counts against the positive). Lower is better; cheap, so it runs every validation.
 - **Corpus top-k** (k = 1, 5, 20): dev questions against the whole passage corpus (encoded with the
   current weights). A hit is a passage that contains an answer string (``has_answer``), or, for data
   without answers (qrels), one of the question's positive passages.
@@ -102,8 +102,9 @@ def average_rank(
                 if c["passage_id"] in col:
                     gold[col[c["passage_id"]]] = True
             best = row[gold].max()
-            # a positive scored NaN/inf (now -inf) ranks below every other passage; ties count against it
-            ranks.append(int((row[~gold] > best).sum()) if torch.isfinite(best) else int((~gold).sum()))
+            # a positive scored NaN/inf (now -inf) ranks below every other passage; a tie counts against it
+            # (a collapsed model that scores every passage alike must not look perfect)
+            ranks.append(int((row[~gold] >= best).sum()) if torch.isfinite(best) else int((~gold).sum()))
     ranks_t = torch.tensor(ranks, dtype=torch.float64)
     rr = 1.0 / (ranks_t + 1)
     return {
