@@ -45,6 +45,10 @@ def test_step_guard_names_the_step_and_what_went_wrong():
     assert nonfinite_parameters(model) == ["bias"]
     with pytest.raises(TrainingDiverged, match=r"step 7: 1 weight tensors are not finite \(first: bias\)"):
         check_step_finite(7, 0.5, 1.0, model, lr=1e-3, scaled=True)
+    with torch.no_grad():
+        model.bias[1] = 1e30  # finite, but diverged: the fused norm screen overflows
+    with pytest.raises(TrainingDiverged, match=r"step 8: the weights' norm overflows"):
+        check_step_finite(8, 0.5, 1.0, model, lr=1e-3)
     assert isinstance(TrainingDiverged("x"), ValueError)  # an expected error: the CLI prints one line, exit 2
 
 
