@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, TypeVar
+import math
+import numbers
+from typing import Any, Mapping, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -15,3 +17,88 @@ def strict_from_dict(cls: type[T], d: Mapping[str, Any], label: str) -> T:
     if unknown:
         raise ValueError(f"unknown {label} config keys {unknown}; known: {sorted(known)}")
     return cls(**dict(d))
+
+
+# ------------------------------------------------------------------ allowed ranges of numeric keys
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The allowed values of one numeric config key: a whole number (``integer``) or a finite real in
+    ``[lo, hi]`` (``lo_open`` / ``hi_open``: the bound itself excluded; None: unbounded on that side).
+    ``optional``: null is allowed too; ``count``: a list of ``(min, max)`` items (max None: any), each in
+    the range. ``note`` says what the special values (zero, typically) mean. Booleans are never numbers
+    here (``True`` is an int to Python, but ``batch_size=true`` is a mistake)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    integer: bool = False
+    lo_open: bool = False
+    hi_open: bool = False
+    optional: bool = False
+    count: tuple[int, int | None] | None = None
+    note: str = ""
+
+    def _number_ok(self, v: Any) -> bool:
+        kind = numbers.Integral if self.integer else numbers.Real
+        if isinstance(v, bool) or not isinstance(v, kind):
+            return False
+        try:  # an int too large for a float is no usable real either
+            if not math.isfinite(float(v)):
+                return False
+        except OverflowError:
+            return False
+        if self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo):
+            return False
+        return self.hi is None or (v < self.hi if self.hi_open else v <= self.hi)
+
+    def allows(self, v: Any) -> bool:
+        if v is None:
+            return self.optional
+        if self.count is None:
+            return self._number_ok(v)
+        if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, Sequence):
+            return False
+        lo_n, hi_n = self.count
+        return len(v) >= lo_n and (hi_n is None or len(v) <= hi_n) and all(self._number_ok(x) for x in v)
+
+    def describe(self) -> str:
+        what = "an integer" if self.integer else "a finite number"
+        lo = None if self.lo is None else f"{'>' if self.lo_open else '>='} {self.lo:g}"
+        hi = None if self.hi is None else f"{'<' if self.hi_open else '<='} {self.hi:g}"
+        if lo and hi:
+            what += f" in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        elif lo or hi:
+            what += f" {lo or hi}"
+        if self.count is not None:
+            lo_n, hi_n = self.count
+            n = f"{lo_n}" if hi_n == lo_n else f"{lo_n}+" if hi_n is None else f"{lo_n}-{hi_n}"
+            what = f"a list of {n} items, each {what}"
+        if self.optional:
+            what += " or null"
+        return what + (f" ({self.note})" if self.note else "")
+
+
+def Int(lo: int | None = None, hi: int | None = None, **kw: Any) -> Range:  # noqa: N802 - reads as a type
+    return Range(lo, hi, integer=True, **kw)
+
+
+def Real(lo: float | None = None, hi: float | None = None, **kw: Any) -> Range:  # noqa: N802
+    return Range(lo, hi, **kw)
+
+
+def check_ranges(obj: Any, rules: Mapping[str, Range], label: str) -> None:
+    """Raise ValueError (one line: ``<label>.<key> must be <range>, got <value>``) for the first field of the
+    dataclass ``obj`` outside its rule; boolean fields (annotated ``bool``) must be booleans. Every numeric
+    field needs a rule: a field without one is a programming error, caught by the tests."""
+    for key, rule in rules.items():
+        value = getattr(obj, key)
+        if not rule.allows(value):
+            raise ValueError(f"{label}.{key} must be {rule.describe()}, got {value!r}")
+    for f in dataclasses.fields(obj):
+        if f.type in ("bool", bool) and not isinstance(getattr(obj, f.name), bool):
+            raise ValueError(f"{label}.{f.name} must be true or false, got {getattr(obj, f.name)!r}")
+
+
+def numeric_fields(cls: type) -> list[str]:
+    """The fields of dataclass ``cls`` annotated as numbers or lists of numbers (what needs a Range)."""
+    num = ("int", "float", "int | None", "float | None", "List[int]", "List[float]", "list[int]", "list[float]")
+    return [f.name for f in dataclasses.fields(cls) if f.type in num or f.type in (int, float)]

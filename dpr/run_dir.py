@@ -9,6 +9,12 @@ starts, so a run killed midway never leaves a directory that looks finished but 
 Hydra writes ``<run dir>/.hydra/`` at start-up, before any check could run; `dpr.cli.train` points
 it at ``.hydra.pending/`` and `commit_hydra_dir` moves that onto ``.hydra/`` only once the run is
 allowed (a refused or failed start leaves the finished run's ``.hydra/config.yaml`` as it was).
+
+A run's identity is its settings *and its data*: the summary records the sha256 of the training and dev
+files (``data_fingerprints``), so another ``train_file=`` (or a re-prepared dataset) into a finished run
+is "other settings" too, whatever the file is called. Runs finished before fingerprints were recorded
+are compared on their settings only (logged): their data cannot be known any more, and refusing them
+would make every old run directory unusable.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-from dpr.atomic import atomic_path
+from dpr.atomic import atomic_path, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -51,32 +57,58 @@ def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
 
 
-def finished_config(run_dir: str | Path) -> dict | None:
-    """The config of the finished run in ``run_dir`` (from its summary), or None if there is none."""
+def data_fingerprints(train_file: str | Path, dev_file: str | Path | None) -> dict[str, str | None]:
+    """``{"train": sha256, "dev": sha256 or None}`` of the files a run trains and validates on (what the
+    summary records and :func:`prepare_run_dir` compares)."""
+    dev = Path(dev_file) if dev_file is not None else None
+    return {"train": sha256_file(train_file), "dev": sha256_file(dev) if dev is not None and dev.is_file() else None}
+
+
+def _finished_summary(run_dir: str | Path) -> dict | None:
     try:
         summary = json.loads((Path(run_dir) / SUMMARY).read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
         return None
-    conf = summary.get("config") if isinstance(summary, dict) else None
-    return conf if isinstance(conf, dict) else None
+    return summary if isinstance(summary, dict) and isinstance(summary.get("config"), dict) else None
 
 
-def prepare_run_dir(run_dir: str | Path, conf: Mapping[str, Any], overwrite: bool = False) -> str:
+def finished_config(run_dir: str | Path) -> dict | None:
+    """The config of the finished run in ``run_dir`` (from its summary), or None if there is none."""
+    summary = _finished_summary(run_dir)
+    return summary["config"] if summary is not None else None
+
+
+def _data_changes(run_dir: Path, old: Any, new: Mapping[str, str | None] | None) -> list[str]:
+    if new is None:
+        return []
+    if not isinstance(old, dict):
+        log.info("%s: the finished run recorded no data fingerprints (made before they were): compared on its "
+                 "settings only", run_dir)
+        return []
+    short = lambda h: h[:12] if isinstance(h, str) else h  # noqa: E731
+    return [f"{name} data: sha256 {short(old.get(name))} -> {short(new.get(name))}"
+            for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+
+
+def prepare_run_dir(run_dir: str | Path, conf: Mapping[str, Any], overwrite: bool = False,
+                    data: Mapping[str, str | None] | None = None) -> str:
     """Check ``run_dir`` before training; returns "new", "same" (resume/finish) or "overwritten".
 
-    Raises ValueError (one line) when a finished run with other settings is there and ``overwrite``
-    is false.
+    ``data``: the new run's :func:`data_fingerprints`, compared with the finished run's (None: settings
+    only). Raises ValueError (one line) when a finished run with other settings or data is there and
+    ``overwrite`` is false.
     """
     run_dir = Path(run_dir)
-    old = finished_config(run_dir)
-    if old is None:
+    summary = _finished_summary(run_dir)
+    if summary is None:
         return "new"
-    changes = _diff(_relevant(old), _relevant(conf))
+    changes = _diff(_relevant(summary["config"]), _relevant(conf))
+    changes += _data_changes(run_dir, summary.get("data_fingerprints"), data)
     if not changes:
         return "same"
     if not overwrite:
         shown = "; ".join(changes[:5]) + (f"; ... ({len(changes)} keys)" if len(changes) > 5 else "")
-        raise ValueError(f"{run_dir} holds a finished run trained with other settings ({shown}); "
+        raise ValueError(f"{run_dir} holds a finished run trained with other settings or data ({shown}); "
                          "train into a new output_dir=, or pass overwrite=true to replace that run")
     log.warning("%s: overwrite=true: removing the finished run (%s) before training", run_dir, "; ".join(changes[:3]))
     # the summary first: from here on the directory no longer looks finished, whatever happens next

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from dpr.atomic import sha256_file
 from dpr.run_dir import prepare_run_dir
 
@@ -91,3 +93,65 @@ def test_prepare_run_dir_states(tmp_path):
     assert prepare_run_dir(out, moved) == "same"  # paths and logging do not change what a run computes
     assert prepare_run_dir(out, {**conf, "seed": 2}, overwrite=True) == "overwritten"
     assert not (out / "train_summary.json").exists() and not (out / "biencoder.json").exists()
+
+
+def test_other_training_data_is_another_run(tiny_model_dir, tiny_data_dir, tmp_path):
+    import json
+
+    conf = tmp_path / "conf"
+    (conf / "data").mkdir(parents=True)
+    (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
+    out = tmp_path / "run"
+    base = _cmd(conf, tiny_data_dir, tiny_model_dir, out, "train.validate=false")
+    proc = subprocess.run(base, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before = _snapshot(out)
+    train_json = tiny_data_dir / "tiny" / "train.json"
+    recorded = json.loads((out / "train_summary.json").read_text())["data_fingerprints"]
+    assert recorded["train"] == sha256_file(train_json) and recorded["dev"] == sha256_file(train_json.with_name("dev.json"))
+
+    # the same settings on other data (half the questions): refused, naming the data; before, it logged
+    # "same" and replaced the finished run's weights
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(json.loads(train_json.read_text())[:4]))
+    proc = subprocess.run(base + [f"train_file={other}"], env=_env(), capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-train")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert "train data: sha256" in lines[0] and "overwrite=true" in lines[0]
+    assert _snapshot(out) == before
+
+    # a training file that does not exist: one line, and the finished run's .hydra/ is left as it was
+    # (before, .hydra/config.yaml was rewritten before the data was looked for)
+    proc = subprocess.run(base + [f"train_file={tmp_path / 'missing.json'}"], env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and "missing.json" in proc.stderr, proc.stderr[-3000:]
+    assert _snapshot(out) == before and not (out / ".hydra.pending").exists()
+
+    # the same data under another name is the same run
+    same = tmp_path / "copy.json"
+    same.write_bytes(train_json.read_bytes())
+    proc = subprocess.run(base + [f"train_file={same}"], env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "run directory" in proc.stderr + proc.stdout and ": same" in proc.stderr + proc.stdout
+
+
+def test_runs_without_recorded_data_are_compared_on_settings(tmp_path, caplog):
+    import json
+    import logging
+
+    out = tmp_path / "run"
+    out.mkdir()
+    conf = {"model": {"name": "m"}, "data": {"name": "d"}, "train": {"lr": 1e-3}, "seed": 1}
+    data = {"train": "a" * 64, "dev": None}
+    # a run finished before data fingerprints were recorded: usable as it is (settings compared, a note logged)
+    (out / "train_summary.json").write_text(json.dumps({"config": conf}))
+    with caplog.at_level(logging.INFO, logger="dpr.run_dir"):
+        assert prepare_run_dir(out, conf, data=data) == "same"
+    assert "recorded no data fingerprints" in caplog.text
+    with pytest.raises(ValueError, match="seed"):  # other settings are still refused
+        prepare_run_dir(out, {**conf, "seed": 2}, data=data)
+    # a run that recorded them: other data is another run, the same data the same one
+    (out / "train_summary.json").write_text(json.dumps({"config": conf, "data_fingerprints": data}))
+    assert prepare_run_dir(out, conf, data=data) == "same"
+    with pytest.raises(ValueError, match="dev data: sha256 None -> bbbbbbbbbbbb"):
+        prepare_run_dir(out, conf, data={**data, "dev": "b" * 64})
+    assert prepare_run_dir(out, conf, overwrite=True, data={**data, "train": "c" * 64}) == "overwritten"

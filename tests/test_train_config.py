@@ -69,3 +69,124 @@ def test_auto_settings_follow_the_kind_of_data():
 def test_degenerate_values_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig.from_dict(bad)
+
+
+# ---------------------------------------------------------------- every numeric key: refused in one line, or legal
+import math  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from dpr.config import numeric_fields  # noqa: E402
+from dpr.models.biencoder import MODEL_RANGES, BiEncoderConfig  # noqa: E402
+from dpr.training.config import TRAIN_RANGES  # noqa: E402
+
+EDGES = [0, -1, 1, 2, 3, 0.5, -0.5, 1e-4, 1e-40, float("nan"), float("inf"), float("-inf"), 1e300, 10**18, -10**18,
+         10**400, "abc", "1", True, False, None, [], [1, 5], [0.9, 0.999], [0.9, 1.0], {"a": 1}]
+VALUES = st.one_of(st.sampled_from(EDGES), st.integers(-10**6, 10**6), st.floats(),
+                   st.lists(st.one_of(st.integers(-3, 30), st.floats()), max_size=3))
+# What the docs promise of an accepted value (an independent statement of the ranges, not the table itself)
+AT_LEAST_ONE = {"batch_size", "rounds", "grad_accumulation_steps", "log_every", "print_every", "val_batch_size",
+                "corpus_topk", "remine_negatives", "remine_depth", "projection_dim", "question_max_length",
+                "passage_max_length"}
+FRACTIONS = {"warmup_ratio", "remine_bm25_share"}
+ANY_SIGN = {"max_grad_norm"}  # <= 0: no clipping
+
+
+def test_every_numeric_key_has_a_range():
+    assert sorted(numeric_fields(TrainConfig)) == sorted(TRAIN_RANGES)
+    assert sorted(numeric_fields(BiEncoderConfig)) == sorted(MODEL_RANGES)
+
+
+def _check_refusal(err: Exception, label: str, key: str, value) -> None:
+    msg = str(err)
+    assert "\n" not in msg and f"{label}.{key}" in msg, msg
+    assert repr(value) in msg or str(value) in msg, msg  # the value as given
+    assert "must be" in msg, msg                         # and what is allowed
+
+
+def _check_legal(key: str, value, annotation: str) -> None:
+    items = value if isinstance(value, list) else [value]
+    if value is None:
+        assert key == "projection_dim"
+        return
+    assert items, key
+    for v in items:
+        assert not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v), (key, value)
+        if "int" in annotation:
+            assert isinstance(v, int), (key, value)
+        if key in AT_LEAST_ONE:
+            assert v >= 1, (key, value)
+        elif key in FRACTIONS:
+            assert 0 <= v <= 1, (key, value)
+        elif key == "adam_betas":
+            assert 0 <= v < 1 and len(items) == 2, (key, value)
+        elif key in ("lr", "adam_eps", "temperature"):
+            assert v > 0, (key, value)
+        elif key not in ANY_SIGN:
+            assert v >= 0, (key, value)
+
+
+@given(key=st.sampled_from(sorted(TRAIN_RANGES)), value=VALUES)
+def test_train_keys_refuse_bad_numbers_in_one_line(key, value):
+    try:
+        tc = TrainConfig.from_dict({key: value})
+    except ValueError as err:
+        _check_refusal(err, "train", key, value)
+        return
+    assert getattr(tc, key) == value
+    _check_legal(key, value, {f.name: f.type for f in dataclasses.fields(TrainConfig)}[key])
+
+
+@given(key=st.sampled_from(sorted(MODEL_RANGES)), value=VALUES)
+def test_model_keys_refuse_bad_numbers_in_one_line(key, value):
+    try:
+        mc = BiEncoderConfig.from_dict({key: value})
+    except ValueError as err:
+        _check_refusal(err, "model", key, value)
+        return
+    assert getattr(mc, key) == value
+    _check_legal(key, value, {f.name: f.type for f in dataclasses.fields(BiEncoderConfig)}[key])
+
+
+# Keys cheap to train with on the tiny model: an accepted value must give a run with finite numbers, be
+# refused by the trainer in one line naming the key, or stop as diverged naming the step -- never NaN weights.
+CHEAP = [("train", k) for k in ("lr", "warmup_ratio", "warmup_steps", "weight_decay", "adam_eps", "adam_betas",
+                                "max_grad_norm", "batch_size", "hard_negatives", "length_bucket_size",
+                                "grad_cache_chunk_size", "val_hard_negatives")] + \
+        [("model", k) for k in ("temperature", "question_max_length", "passage_max_length")]
+
+
+@pytest.mark.usefixtures("one_thread")
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(where=st.sampled_from(CHEAP), value=VALUES)
+def test_accepted_values_train_to_finite_numbers(where, value, tiny_model_dir, tiny_data_dir):
+    from dpr.training.loop import TrainingDiverged
+    from dpr.training.trainer import train
+
+    group, key = where
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**4 and key.endswith("max_length"):
+        value = 512  # a long max length is legal and only slower; keep the example cheap
+    cfg = {"model": {"name": str(tiny_model_dir), "question_max_length": 16, "passage_max_length": 32},
+           "data": {"name": "tiny", "kind": "qa"}, "logger": {"type": "none"}, "data_dir": str(tiny_data_dir),
+           "train": {"batch_size": 4, "max_steps": 2, "print_every": 1000, "save_every": 0, "precision": "fp32",
+                     "val_batch_size": 8, "val_hard_negatives": 2},
+           "output_dir": tempfile.mkdtemp(dir=tiny_data_dir.parent), "seed": 1}
+    cfg[group][key] = value
+    try:
+        summary = train(cfg)
+    except TrainingDiverged as err:
+        assert str(err).startswith("training diverged at step ") and "\n" not in str(err)
+        return
+    except ValueError as err:  # a limit that depends on the data (8 questions, 8 passages): one line, naming
+        msg = str(err)           # the key and the value
+        assert "\n" not in msg and (f"{group}.{key}" in msg or f"{key}=" in msg) and str(value) in msg, msg
+        return
+    numbers = [v for v in summary["final_metrics"].values() if isinstance(v, float)]
+    assert numbers and all(math.isfinite(v) for v in numbers), summary["final_metrics"]
+    from safetensors.torch import load_file
+
+    for f in Path(cfg["output_dir"]).rglob("*.safetensors"):
+        assert all(bool(t.isfinite().all()) for t in load_file(f).values()), f

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 import logging
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 
 log = logging.getLogger(__name__)
@@ -100,6 +102,7 @@ def _run(cfg: DictConfig) -> None:
 
 @quiet_interrupt("dpr-bm25")
 def main() -> None:
+    sys.argv = hydra_argv(sys.argv)  # overrides and Hydra's flags in any order
     _run()
 
 

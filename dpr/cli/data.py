@@ -23,7 +23,8 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from dpr.cli.common import CONF_DIR, quiet_interrupt, rename_overrides, report_errors
+from dpr.cli.argv import hydra_argv
+from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 from dpr.models import BiEncoderConfig
 from dpr.training.config import register_schema
 
@@ -108,9 +109,11 @@ def _inspect(cfg: DictConfig) -> None:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
         command = sys.argv.pop(1)
-        sys.argv = rename_overrides(sys.argv, {"data": "dataset"})
+        # data=<name> names the prepared dataset here, not a recipe of the data group; Hydra's flags in any order
+        sys.argv = hydra_argv(sys.argv, renames={"data": "dataset"})
         (_export if command == "export" else _inspect)()
         return
+    sys.argv = hydra_argv(sys.argv)  # overrides and Hydra's flags in any order
     _run()
 
 

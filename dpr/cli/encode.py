@@ -7,7 +7,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from dpr.cli.common import CONF_DIR, quiet_interrupt, rename_overrides, report_errors
+from dpr.cli.argv import hydra_argv
+from dpr.cli.common import CONF_DIR, quiet_interrupt, rename_overrides, report_errors  # noqa: F401 (re-exported)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="encode")
@@ -28,7 +29,7 @@ def _run(cfg: DictConfig) -> None:
 
 @quiet_interrupt("dpr-encode")
 def main() -> None:
-    sys.argv[1:] = rename_overrides(sys.argv[1:], {"model": "model_path"})
+    sys.argv = hydra_argv(sys.argv, renames={"model": "model_path"})  # and Hydra's flags in any order
     _run()
 
 

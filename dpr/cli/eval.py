@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import logging
 
 import hydra
 from omegaconf import DictConfig, ListConfig
 
+from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,7 @@ def _run(cfg: DictConfig) -> None:
 
 @quiet_interrupt("dpr-eval")
 def main() -> None:
+    sys.argv = hydra_argv(sys.argv)  # overrides and Hydra's flags in any order
     _run()
 
 

@@ -9,7 +9,8 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from dpr.cli.common import CONF_DIR, check_model_path, rename_overrides, report_errors
+from dpr.cli.argv import hydra_argv
+from dpr.cli.common import CONF_DIR, check_model_path, report_errors
 
 # A built-in sample for check=true: real questions and passages, so a broken export shows.
 CHECK_QUESTIONS = ["what is the capital of france", "who wrote hamlet", "how do plants make energy",
@@ -52,7 +53,7 @@ def _run(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    sys.argv[1:] = rename_overrides(sys.argv[1:], {"model": "model_path"})
+    sys.argv = hydra_argv(sys.argv, renames={"model": "model_path"})  # and Hydra's flags in any order
     _run()
 
 

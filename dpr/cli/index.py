@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 from dpr.index import build_and_save
 
@@ -20,6 +22,7 @@ def _run(cfg: DictConfig) -> None:
 
 @quiet_interrupt("dpr-index")
 def main() -> None:
+    sys.argv = hydra_argv(sys.argv)  # overrides and Hydra's flags in any order
     _run()
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from dpr.cli.common import CONF_DIR, rename_overrides, report_errors
+from dpr.cli.argv import hydra_argv, split_argv
+from dpr.cli.common import CONF_DIR, report_errors
 
 log = logging.getLogger(__name__)
 COMMANDS = ("train", "eval")
@@ -50,13 +51,19 @@ def _run(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
-        print(f"usage: dpr-reader {{{'|'.join(COMMANDS)}}} key=value ...", file=sys.stderr)
-        sys.exit(2)
-    _command[:] = [sys.argv.pop(1)]
+    # the command may stand anywhere among the overrides and Hydra's flags (dpr-reader --cfg job train ...)
+    overrides, flags = split_argv(sys.argv[1:])
+    command = next((a for a in overrides if a in COMMANDS), None)
+    if command is None:
+        usage = f"usage: dpr-reader {{{'|'.join(COMMANDS)}}} key=value ... [Hydra flags: --cfg job, --help ...]"
+        asked = any(f in ("--help", "-h") for f in flags)
+        print(usage, file=sys.stdout if asked else sys.stderr)
+        sys.exit(0 if asked else 2)
+    _command[:] = [command]
+    overrides.remove(command)
     # train: model= is the encoder to start from; eval: the trained reader to evaluate
-    target = "reader_cfg.model" if _command[0] == "train" else "reader_model"
-    sys.argv = rename_overrides(sys.argv, {"model": target})
+    target = "reader_cfg.model" if command == "train" else "reader_model"
+    sys.argv = hydra_argv([sys.argv[0], *overrides, *flags], renames={"model": target})
     _run()
 
 

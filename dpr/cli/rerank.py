@@ -16,7 +16,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from dpr.cli.common import CONF_DIR, quiet_interrupt, rename_overrides, report_errors
+from dpr.cli.argv import hydra_argv
+from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 from dpr.rerank.config import register_schema
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def main() -> None:
         sys.exit(2)
     _command[:] = [sys.argv.pop(1)]
     target = "rerank.model" if _command[0] == "train" else "model_path"
-    sys.argv = rename_overrides(sys.argv, {"model": target})
+    sys.argv = hydra_argv(sys.argv, renames={"model": target})  # and Hydra's flags in any order
     _hydra_main()
 
 

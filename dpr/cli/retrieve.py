@@ -9,7 +9,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from dpr.cli.common import CONF_DIR, check_model_path, quiet_interrupt, rename_overrides, report_errors
+from dpr.cli.argv import hydra_argv
+from dpr.cli.common import CONF_DIR, check_model_path, quiet_interrupt, report_errors
 
 
 def _require(cfg: DictConfig, *keys: str) -> None:
@@ -75,7 +76,7 @@ def _run(cfg: DictConfig) -> None:
 
 @quiet_interrupt("dpr-retrieve")
 def main() -> None:
-    sys.argv[1:] = rename_overrides(sys.argv[1:], {"model": "model_path", "index": "index_path"})
+    sys.argv = hydra_argv(sys.argv, renames={"model": "model_path", "index": "index_path"})  # any order
     _run()
 
 

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -19,6 +20,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from dpr.cli.argv import hydra_argv, shows_only
 from dpr.cli.common import CONF_DIR, check_writable, quiet_interrupt, report_errors
 from dpr.training.config import register_schema
 
@@ -112,11 +114,20 @@ def _checked_start(cfg: DictConfig, out: str) -> None:
     from dpr import run_dir
     from dpr.cli.schemas import SCHEMAS, check_config
 
+    from dpr.data.dataset import DatasetPaths
+    from dpr.models.biencoder import BiEncoderConfig
+
     check_config(cfg, SCHEMAS["train"])
     check_steps(cfg)
+    BiEncoderConfig.from_dict(OmegaConf.to_container(cfg.model, resolve=True))  # the model keys' ranges
+    paths = DatasetPaths.of(cfg.data_dir, cfg.data.name)
+    train_file = Path(cfg.get("train_file") or paths.train)  # as dpr.training.trainer resolves it
+    if not train_file.is_file():
+        raise FileNotFoundError(f"{train_file}: no training data (prepare it with dpr-data data={cfg.data.name})")
     conf = OmegaConf.to_container(cfg, resolve=True)
     conf["output_dir"] = out
-    state = run_dir.prepare_run_dir(out, conf, overwrite=bool(cfg.get("overwrite", False)))
+    state = run_dir.prepare_run_dir(out, conf, overwrite=bool(cfg.get("overwrite", False)),
+                                    data=run_dir.data_fingerprints(train_file, paths.dev))
     log.info("run directory %s: %s", out, state)
     run_dir.commit_hydra_dir(out)
 
@@ -133,21 +144,17 @@ def _train(cfg: DictConfig, hc, out: str) -> None:
 
 
 def _quiet_nonzero_rank(argv: list[str]) -> list[str]:
-    """torchrun ranks > 0: no run dir, no ``.hydra/``, console logging only (rank 0 writes the outputs).
+    """The command line for Hydra (:func:`dpr.cli.argv.hydra_argv`: overrides and Hydra's flags in any order).
 
+    torchrun ranks > 0: no run dir, no ``.hydra/``, console logging only (rank 0 writes the outputs).
     Rank 0: Hydra writes its ``.hydra/`` to ``.hydra.pending/`` first, committed once the run directory
     checks pass (`dpr.run_dir`), unless the user chose ``hydra.output_subdir`` themselves.
     """
     if int(os.environ.get("RANK", "0")) == 0:
-        given = {a.split("=", 1)[0].lstrip("+~") for a in argv[1:]}
-        if "hydra.output_subdir" in given:
-            return argv
         from dpr.run_dir import PENDING_HYDRA
 
-        return argv + [f"hydra.output_subdir={PENDING_HYDRA}"]
-    extra = {"hydra.run.dir": ".", "hydra.output_subdir": "null", "hydra/job_logging": "stdout"}
-    given = {a.split("=", 1)[0].lstrip("+~") for a in argv[1:]}
-    return argv + [f"{k}={v}" for k, v in extra.items() if k not in given]
+        return hydra_argv(argv, {"hydra.output_subdir": PENDING_HYDRA})
+    return hydra_argv(argv, {"hydra.run.dir": ".", "hydra.output_subdir": "null", "hydra/job_logging": "stdout"})
 
 
 def _check_output_dir(argv: list[str]) -> None:
@@ -166,7 +173,7 @@ def _check_output_dir(argv: list[str]) -> None:
 @quiet_interrupt("dpr-train")
 def main() -> None:
     sys.argv = _quiet_nonzero_rank(sys.argv)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if int(os.environ.get("RANK", "0")) == 0 and not shows_only(sys.argv):
         _check_output_dir(sys.argv)
     _run()
 

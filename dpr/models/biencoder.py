@@ -24,12 +24,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpr.config import strict_from_dict
+from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
 from dpr.models.length_buckets import encode_bucketed
 from dpr.models.pooling import POOLING_MODES, pool
 
 SIMILARITIES = ("dot", "cosine")
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+# The allowed range of every numeric key of BiEncoderConfig (one line naming the key when outside it).
+MODEL_RANGES: dict[str, Range] = {
+    "projection_dim": Int(1, 65536, optional=True, note="null: no projection"),
+    # scores are divided by it: below, fp32 scores overflow (1e-20: inf gradients, 1e-40: NaN loss); above,
+    # every score rounds to the same value (1e300: all ties) -- no training signal, and nothing to rank
+    "temperature": Real(1e-4, 1e4),
+    "question_max_length": Int(1),
+    "passage_max_length": Int(1),
+}
 
 
 @dataclass
@@ -58,13 +69,7 @@ class BiEncoderConfig:
             raise ValueError(f"model.pooling must be one of {POOLING_MODES}, got {self.pooling!r}")
         if self.similarity not in SIMILARITIES:
             raise ValueError(f"model.similarity must be one of {SIMILARITIES}, got {self.similarity!r}")
-        if not float(self.temperature) > 0:
-            raise ValueError(f"model.temperature must be > 0, got {self.temperature!r}")
-        if self.projection_dim is not None and int(self.projection_dim) <= 0:
-            raise ValueError(f"model.projection_dim must be a positive integer or null, got {self.projection_dim!r}")
-        for key in ("question_max_length", "passage_max_length"):
-            if int(getattr(self, key)) <= 0:
-                raise ValueError(f"model.{key} must be positive, got {getattr(self, key)!r}")
+        check_ranges(self, MODEL_RANGES, "model")  # types, finiteness and ranges of the numeric keys
         self.temperature = float(self.temperature)
         self.projection_dim = int(self.projection_dim) if self.projection_dim is not None else None
         self.question_max_length = int(self.question_max_length)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, List, Mapping
 
-from dpr.config import strict_from_dict
+from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
 
 
 @dataclass
@@ -91,22 +91,21 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+        """Build and check: every numeric key against :data:`TRAIN_RANGES` (type, finiteness, range), then
+        the choices and the keys that constrain each other. One line naming the first bad key."""
         tc = strict_from_dict(cls, d, "train")
-        for key in ("batch_size", "grad_accumulation_steps", "log_every", "print_every", "rounds"):
-            if int(getattr(tc, key)) < 1:
-                raise ValueError(f"train.{key} must be >= 1, got {getattr(tc, key)}")
-        for key in ("hard_negatives", "frozen_steps", "passage_frozen_layers", "corpus_refresh_every",
-                    "remine_skip_top", "max_steps", "epochs", "length_bucket_size"):
-            if int(getattr(tc, key)) < 0:
-                raise ValueError(f"train.{key} must be >= 0, got {getattr(tc, key)}")
+        check_ranges(tc, TRAIN_RANGES, "train")
         if tc.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise ValueError(f"train.precision must be auto, fp32, bf16 or fp16; got {tc.precision!r}")
         if tc.multi_positive not in ("auto", True, False):
             raise ValueError(f"train.multi_positive must be auto, true or false; got {tc.multi_positive!r}")
+        if not isinstance(tc.best_metric, str):
+            raise ValueError(f"train.best_metric must be a metric name or auto, got {tc.best_metric!r}")
         if (tc.best_metric.startswith("top") or tc.best_metric.startswith("ndcg")) and not tc.val_corpus_topk:
             raise ValueError(f"train.best_metric={tc.best_metric} needs train.val_corpus_topk=true")
-        if not 0.0 <= tc.remine_bm25_share <= 1.0:
-            raise ValueError(f"train.remine_bm25_share must be in [0, 1], got {tc.remine_bm25_share}")
+        if tc.remine_skip_top >= tc.remine_depth:
+            raise ValueError(f"train.remine_skip_top={tc.remine_skip_top} must be < train.remine_depth="
+                             f"{tc.remine_depth} (nothing would be left to mine)")
         if tc.max_steps <= 0 and tc.epochs <= 0 and tc.frozen_steps <= 0:
             raise ValueError("zero training steps (nothing to train): set train.max_steps, train.epochs or "
                              "train.frozen_steps > 0")
@@ -123,6 +122,50 @@ class TrainConfig:
         if self.best_metric != "auto":
             return self.best_metric
         return "ndcg@10" if kind == "qrels" and self.val_corpus_topk else "avg_rank"
+
+
+# The allowed range of every numeric key (tests/test_train_config.py checks none is missing). Zero is
+# either refused or means what the note says; every real must be finite.
+TRAIN_RANGES: dict[str, Range] = {
+    "batch_size": Int(1),
+    "hard_negatives": Int(0),
+    "epochs": Int(0, note="0: train.max_steps decides"),
+    "max_steps": Int(0, note="0: train.epochs full passes"),
+    "frozen_steps": Int(0, note="0: none"),
+    "corpus_refresh_every": Int(0, note="0: at start and at validations"),
+    "corpus_max_passages": Int(0, note="0: always FAISS top-k candidates"),
+    "corpus_topk": Int(1),
+    "passage_frozen_layers": Int(0, note="0: none frozen"),
+    "rounds": Int(1),
+    "remine_negatives": Int(1),
+    "remine_depth": Int(1),
+    "remine_skip_top": Int(0),
+    "remine_relative_margin": Real(0, note="0: no margin filter"),
+    "remine_bm25_share": Real(0, 1),
+    # reals beyond these bounds are no learning rate: AdamW diverges at once, or torch cannot even apply them
+    # in fp32 ("value cannot be converted to type float without overflow" at lr 1e300)
+    "lr": Real(0, 1, lo_open=True),
+    "weight_decay": Real(0, 1),  # AdamW multiplies the weights by (1 - lr x weight_decay)
+    "adam_betas": Real(0, 1, hi_open=True, count=(2, 2)),  # beta = 1: Adam's bias correction divides by 0
+    "adam_eps": Real(0, 1, lo_open=True),
+    "warmup_steps": Int(0, note="0: train.warmup_ratio decides"),
+    "warmup_ratio": Real(0, 1),
+    "max_grad_norm": Real(note="<= 0: no clipping"),
+    "grad_accumulation_steps": Int(1),
+    "grad_cache_chunk_size": Int(0, note="0: off"),
+    "length_bucket_size": Int(0, note="0: off"),
+    "cpu_threads": Int(0, 4096, note="0: torch's default"),
+    "log_every": Int(1),
+    "print_every": Int(1),
+    "save_every": Int(0, note="0: no checkpoints"),
+    "keep_checkpoints": Int(0, note="0: keep all"),
+    "eval_every": Int(0, note="0: epoch ends and the last step only"),
+    "val_batch_size": Int(1),
+    "val_max_questions": Int(0, note="0: all"),
+    "val_hard_negatives": Int(0),
+    "val_topk": Int(1, count=(1, None)),
+    "val_corpus_max_passages": Int(0, note="0: no limit"),
+}
 
 
 def register_schema() -> None:

@@ -7,12 +7,19 @@ and at the last step (plus the start with ``validate_at_start``); the best weigh
 primary metric are what ``<output_dir>/`` finally holds. Checkpoints every ``save_every`` steps (weights,
 optimizer, scheduler, RNG states, data position and the cached corpus vectors) make a killed run
 resumable to the same weights an uninterrupted run ends with.
+
+Divergence stops the run: after every optimizer step the loss (averaged over ranks, so every rank agrees),
+the gradient norm and the weights must be finite, else :class:`TrainingDiverged` (a ValueError: the CLI
+prints one line naming the step, exit 2) is raised before that step is logged, validated, checkpointed or
+saved. Non-finite weights are therefore never kept as best nor saved; the checkpoints of earlier steps stay.
+With fp16 loss scaling an overflowing gradient is the scaler's business (it skips the step), not an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +40,47 @@ from dpr.training.steps import bind_loss, frozen_index_step
 from dpr.training.validation import Validator
 
 log = logging.getLogger(__name__)
+
+
+class TrainingDiverged(ValueError):
+    """The loss, the gradients or the weights stopped being finite: ``str()`` is one line naming the step."""
+
+
+def nonfinite_parameters(model: torch.nn.Module) -> list[str]:
+    """Names of the parameters holding a NaN or an infinity; ``["<norm overflow>"]`` when all are finite
+    but so large (|w| > ~1e19) that their fp32 norm overflows -- diverged all the same.
+
+    Screened with one fused norm per tensor and one sync (~40 ms for MiniLM's two towers on one CPU core,
+    against ~10x that for an element-wise isfinite); the exact check runs only when the screen trips.
+    """
+    named = [(n, p.detach()) for n, p in model.named_parameters()]
+    if not named:
+        return []
+    norms = torch.stack([t.float() for t in torch._foreach_norm([p for _, p in named])])
+    if bool(torch.isfinite(norms).all()):
+        return []
+    flags = torch.stack([torch.isfinite(p).all() for _, p in named]).cpu()
+    return [n for (n, _), ok in zip(named, flags.tolist()) if not ok] or ["<norm overflow>"]
+
+
+def check_step_finite(step: int, loss: float, grad_norm: float, model: torch.nn.Module, *, lr: float,
+                      scaled: bool = False) -> None:
+    """Raise :class:`TrainingDiverged` unless step ``step``'s loss, gradient norm and resulting weights are
+    finite (``scaled``: fp16 loss scaling, where an overflowing gradient only makes the scaler skip the step)."""
+    problem = None
+    if not math.isfinite(loss):
+        problem = f"the loss is {loss}"
+    elif not math.isfinite(grad_norm) and not scaled:
+        problem = f"the gradient norm is {grad_norm}"
+    else:
+        bad = nonfinite_parameters(model)
+        if bad == ["<norm overflow>"]:
+            problem = "the weights' norm overflows fp32 (|w| > ~1e19)"
+        elif bad:
+            problem = f"{len(bad)} weight tensors are not finite (first: {bad[0]})"
+    if problem:
+        raise TrainingDiverged(f"training diverged at step {step}: {problem} (lr {lr:.3g}); nothing of this "
+                               "step was saved: lower train.lr, keep train.max_grad_norm > 0, or check the data")
 
 
 @dataclass
@@ -117,6 +165,9 @@ class Trainer:
                         self.train_model, micro, step_fn=frozen_index_step if frozen else self.step_fn,
                         autocast=self.autocast, optimizer=self.optimizer, scheduler=self.scheduler,
                         scaler=self.scaler, max_grad_norm=tc.max_grad_norm, device=self.device)
+                    check_step_finite(st.step + 1, dist.reduce_mean(torch.stack([o.loss.detach().float()
+                                                                                 for o in outputs]).sum()),
+                                      grad_norm, self.model, lr=lr, scaled=self.scaler.is_enabled())
                     st.step += 1
                     st.batch_in_epoch += accum
                     epoch_done = st.batch_in_epoch + accum > num_batches

@@ -30,6 +30,7 @@ from dpr.models import load_biencoder, save_biencoder
 from dpr.models.freeze import freeze_bottom_layers
 from dpr.perf.cpu import cpu_supports_bf16
 from dpr.perf.malloc import keep_freed_memory
+from dpr.run_dir import data_fingerprints
 from dpr.training import checkpoint as ckpt
 from dpr.training.config import TrainConfig
 from dpr.training.corpus_negatives import CorpusNegatives
@@ -239,7 +240,9 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     except BaseException:
         trainer.logger.close()  # flush what was logged (and finish a wandb run) before the error propagates
         raise
-    info = {"resumed_from": str(resume_dir) if resume_dir else None, **dict(extra_summary or {})}
+    # the run's data as dpr.run_dir compares it (another train_file= into this finished run is another run)
+    info = {"resumed_from": str(resume_dir) if resume_dir else None,
+            "data_fingerprints": data_fingerprints(train_file, paths.dev), **dict(extra_summary or {})}
     summary = _finish(out, model, tokenizer, state, tc, conf, main, precision, world, wall_start, info,
                       resolved=resolved)
     if main and on_saved is not None and trainer.best_vectors is not None and summary["final_weights"] != "last":

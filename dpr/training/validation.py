@@ -3,10 +3,15 @@
 - **Average rank** (DPR's ``validate_average_rank``): every dev question is scored against one pool
   made of all dev questions' positives and up to ``hard_negatives`` of their negatives (duplicates
   removed). A question's rank is the number of pool passages that are not its positives and score
-  above its best positive (0 = ranked first). Lower is better; cheap, so it runs every validation.
+  at least as high as its best positive (0 = ranked first; a tie counts against the positive). Lower is better; cheap, so it runs every validation.
 - **Corpus top-k** (k = 1, 5, 20): dev questions against the whole passage corpus (encoded with the
   current weights). A hit is a passage that contains an answer string (``has_answer``), or, for data
   without answers (qrels), one of the question's positive passages.
+
+A non-finite score (NaN or an infinity: diverged weights) ranks *last*, never first: a positive scored
+NaN gets the worst rank of its pool and misses every top-k, a negative scored NaN beats nobody (plain
+comparisons would do the opposite: ``NaN > best`` is false, so NaN everywhere would read as rank 0 and a
+perfect MRR; ``topk`` puts NaN first). A non-finite metric is never the best so far.
 
 Every rank computes the same numbers (so they agree on the best checkpoint without a broadcast, and
 no rank idles at a barrier long enough to time out).
@@ -15,6 +20,7 @@ no rank idles at a barrier long enough to time out).
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -96,7 +102,9 @@ def average_rank(
                 if c["passage_id"] in col:
                     gold[col[c["passage_id"]]] = True
             best = row[gold].max()
-            ranks.append(int((row[~gold] > best).sum()))
+            # a positive scored NaN/inf (now -inf) ranks below every other passage; a tie counts against it
+            # (a collapsed model that scores every passage alike must not look perfect)
+            ranks.append(int((row[~gold] >= best).sum()) if torch.isfinite(best) else int((~gold).sum()))
     ranks_t = torch.tensor(ranks, dtype=torch.float64)
     rr = 1.0 / (ranks_t + 1)
     return {
@@ -111,7 +119,9 @@ def average_rank(
 
 def _similarity(model, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     # The model's own similarity (dot or cosine / temperature): the same ordering the loss trains.
-    return model.similarity(q, p).float().cpu()
+    # Non-finite scores become -inf: last in every ranking (see the module docstring).
+    scores = model.similarity(q, p).float().cpu()
+    return torch.where(torch.isfinite(scores), scores, torch.tensor(float("-inf")))
 
 
 def load_corpus(passages_path: str | Path, max_passages: int = 0) -> tuple[list[str], list[str], list[str]] | None:
@@ -172,18 +182,22 @@ def corpus_topk_accuracy(
     ndcg = torch.zeros(len(examples), dtype=torch.float64)
     hits = torch.zeros(len(examples), kmax, dtype=torch.bool)
     for start in range(0, len(examples), 256):
-        top = _similarity(model, q[start:start + 256], p).topk(depth, dim=1).indices
-        for i, (ranked, ex) in enumerate(zip(top.tolist(), examples[start:start + 256])):
+        top = _similarity(model, q[start:start + 256], p).topk(depth, dim=1)
+        # a -inf (non-finite) score is no result at all: ties among them must not count as hits
+        ranked_rows = [[j for j, v in zip(row, vals) if v != float("-inf")]
+                       for row, vals in zip(top.indices.tolist(), top.values.tolist())]
+        for i, (ranked, ex) in enumerate(zip(ranked_rows, examples[start:start + 256])):
             if graded:  # a dev example without qrels counts its positive_ctxs as grade 1
                 judged = ex.get("qrels") or {c["passage_id"]: 1 for c in ex["positive_ctxs"]}
                 ndcg[start + i] = query_metrics([ids[j] for j in ranked[:10]], judged, ["ndcg@10"])["ndcg@10"]
             row = ranked[:kmax]
             answers = ex.get("answers") or []
             if use_answers and answers:
-                hits[start + i] = torch.tensor([has_answer(answers, texts[j]) for j in row])
+                found = [has_answer(answers, texts[j]) for j in row]
             else:
                 gold = relevant_ids(ex)
-                hits[start + i] = torch.tensor([ids[j] in gold for j in row])
+                found = [ids[j] in gold for j in row]
+            hits[start + i, :len(found)] = torch.tensor(found, dtype=torch.bool)
     first_hit = hits.cumsum(dim=1) > 0
     out = {}
     for k in ks:
@@ -279,6 +293,8 @@ class Validator:
         return self.primary_metric if self.primary_metric in metrics else "avg_rank"
 
     def is_better(self, metric: str, value: float, best: float | None) -> bool:
+        if not math.isfinite(float(value)):  # NaN compares false both ways: it must never become the best
+            return False
         if best is None:
             return True
         return value > best if greater_is_better(metric) else value < best

@@ -1,0 +1,85 @@
+"""Command lines as Hydra parses them: overrides first, then Hydra's own flags, in any order as typed.
+
+Hydra reads ``sys.argv`` with argparse, where the overrides are one positional list (``nargs="*"``): the
+overrides must come in one run, so ``dpr-train loss=hinge --cfg job train.lr=1e-5`` — or an override a
+command appends itself (``dpr-train``'s ``hydra.output_subdir=...``) after a user's ``--cfg job`` — is
+"unrecognized arguments". :func:`hydra_argv` rebuilds the command line as ``prog overrides... extra...
+flags...``: every override (renamed where a key collides with a config group, see
+:func:`dpr.cli.common.rename_overrides`), then the command's own overrides that the user did not give,
+then Hydra's flags with their values (``--cfg job``, ``--info [what]``, ``-m``, ``--config-dir DIR``...).
+Which flags take a value is read from Hydra's own parser, so a new Hydra flag is split correctly too.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Iterable, Mapping
+
+from dpr.cli.common import rename_overrides
+
+# Flags after which Hydra does not run the command (it prints and exits).
+SHOW_ONLY = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", "--version", "--shell-completion",
+             "-sc")
+
+
+@functools.lru_cache(maxsize=1)
+def _flag_values() -> dict[str, tuple]:
+    """Option string -> ``()`` (no value), ``None`` (one value) or the choices of an optional value."""
+    from hydra._internal.utils import get_args_parser
+
+    out: dict[str, tuple | None] = {}
+    for action in get_args_parser()._actions:
+        for opt in action.option_strings:
+            if action.nargs == 0:
+                out[opt] = ()
+            elif action.nargs == "?":
+                out[opt] = tuple(action.choices or ())
+            else:
+                out[opt] = None
+    return out
+
+
+def split_argv(args: Iterable[str]) -> tuple[list[str], list[str]]:
+    """``(overrides, flags)`` of command-line arguments (without the program name); each flag keeps its value."""
+    values = _flag_values()
+    overrides, flags = [], []
+    args = list(args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if not arg.startswith("-") or arg == "-":
+            overrides.append(arg)
+            continue
+        flags.append(arg)
+        name, eq, _ = arg.partition("=")
+        kind = values.get(name, ())  # an unknown flag: passed on for Hydra to report
+        if eq or kind == () or i >= len(args):
+            continue
+        if kind is None or args[i] in kind:  # the value of --cfg / --config-dir ...; --info's optional one
+            flags.append(args[i])
+            i += 1
+    return overrides, flags
+
+
+def given_keys(overrides: Iterable[str]) -> set[str]:
+    """The config keys that overrides set (``+key=v``, ``~key`` and ``key=v`` all name ``key``)."""
+    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+
+
+def hydra_argv(argv: list[str], extra: Mapping[str, str] | None = None,
+               renames: Mapping[str, str] | None = None) -> list[str]:
+    """``argv`` reordered for Hydra: program, overrides (``renames`` applied), those of ``extra`` whose key
+    the user did not set, then Hydra's flags."""
+    overrides, flags = split_argv(argv[1:])
+    if renames:
+        overrides = rename_overrides(overrides, dict(renames))
+    given = given_keys(overrides)
+    added = [f"{k}={v}" for k, v in (extra or {}).items() if k not in given]
+    return [argv[0], *overrides, *added, *flags]
+
+
+def shows_only(argv: list[str]) -> bool:
+    """True when Hydra will only print something (``--cfg``, ``--info``, ``--help`` ...), not run the command."""
+    _, flags = split_argv(argv[1:])
+    return any(f.partition("=")[0] in SHOW_ONLY for f in flags)
