@@ -39,7 +39,7 @@ COMMANDS = [
     ("dpr-export", "model=/x/model", "output=/x/out", "model_path: /x/model", "output: /x/out"),
     ("dpr-pipeline", "data_dir=/x/prepared", "seed=7", "data_dir: /x/prepared", "seed: 7"),
     ("dpr-train", "loss=hinge", "seed=7", "HingeLoss", "seed: 7"),
-    ("dpr-rerank train", "output_dir=/x/ce", "seed=7", "output_dir: /x/ce", "seed: 7"),
+    ("dpr-rerank train", "output_dir=/x/ce", "rerank.train.seed=7", "output_dir: /x/ce", "seed: 7"),
     ("dpr-rerank score", "model=/x/ce", "output=/x/o.json", "model_path: /x/ce", "output: /x/o.json"),
     ("dpr-data export", "data=sq", "output=/x/o.jsonl", "dataset: sq", "output: /x/o.jsonl"),
     ("dpr-data inspect", "data=sq", "output=/x/insp", "dataset: sq", "output: /x/insp"),
