@@ -74,5 +74,5 @@ def test_shared_towers_are_refused(tiny_model_dir, tiny_data_dir, tmp_path):
 def test_negative_layer_count_is_refused():
     from dpr.training.config import TrainConfig
 
-    with pytest.raises(ValueError, match="train.passage_frozen_layers must be >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"train.passage_frozen_layers must be an integer >= 0 \(0: none frozen\), got -1"):
         TrainConfig.from_dict({"passage_frozen_layers": -1})

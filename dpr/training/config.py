@@ -165,6 +165,7 @@ TRAIN_RANGES: dict[str, Range] = {
     "val_hard_negatives": Int(0),
     "val_topk": Int(1, count=(1, None)),
     "val_corpus_max_passages": Int(0, note="0: no limit"),
+    "teacher_denoise_margin": Real(0, note="0: drop negatives scored above the positive"),
 }
 
 
