@@ -139,3 +139,30 @@ def test_cli_writes_the_report(tmp_path):
                            "output=report", "inspect.false_negative_max=abc"], capture_output=True, text=True,
                           cwd=tmp_path, timeout=300)
     assert proc.returncode == 2 and "inspect.false_negative_max" in proc.stderr
+
+
+def test_dpr_train_prints_the_same_warnings_at_start(tmp_path, tiny_model_dir):
+    """``dpr-train`` logs what ``dpr-data inspect`` would warn about, before training (and trains on)."""
+    import os
+    import subprocess
+    import sys
+
+    data_dir = tmp_path / "prep"
+    build(data_dir / "bad", BAD_TRAIN)
+    conf = tmp_path / "conf"
+    (conf / "data").mkdir(parents=True)
+    (conf / "data" / "bad.yaml").write_text("name: bad\nkind: qa\n")
+    env = dict(os.environ, WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    env.pop("RANK", None)
+    cmd = [str(Path(sys.executable).parent / "dpr-train"), "--config-dir", str(conf), "data=bad",
+           f"data_dir={data_dir}", f"output_dir={tmp_path / 'run'}", "model=tiny", f"model.name={tiny_model_dir}",
+           "model.passage_max_length=8", "train.max_steps=1", "train.batch_size=2", "train.hard_negatives=1",
+           "train.val_batch_size=8", "train.precision=fp32"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logged = proc.stdout + proc.stderr
+    expected = dataset_warnings(data_dir / "bad", {"model": {"name": str(tiny_model_dir), "question_max_length": 32,
+                                                            "passage_max_length": 8},
+                                                  "train": {"batch_size": 2, "hard_negatives": 1}})
+    assert expected and all(w in logged for w in expected)
+    assert (tmp_path / "run" / "train_summary.json").is_file()  # a warning, not a refusal

@@ -34,10 +34,11 @@ from dpr.training import checkpoint as ckpt
 from dpr.training.config import TrainConfig
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.data import TrainBatches
+from dpr.training.health import HealthWatch
 from dpr.training.metrics_log import MetricsLogger
 from dpr.training.optim import optimizer_step
 from dpr.training.steps import bind_loss, frozen_index_step
-from dpr.training.validation import Validator
+from dpr.training.validation import Validator, greater_is_better
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class Trainer:
     encode_autocast: str = "off"
     start_vectors: torch.Tensor | None = None  # the corpus encoded by the starting weights (corpus_reuse)
     best_vectors: torch.Tensor | None = None   # the corpus encoded by the best weights, once validated here
+    health: HealthWatch = field(default_factory=lambda: HealthWatch(enabled=dist.is_main()))  # warnings
 
     @property
     def main(self) -> bool:
@@ -169,6 +171,8 @@ class Trainer:
                                                                                  for o in outputs]).sum()),
                                       grad_norm, self.model, lr=lr, scaled=self.scaler.is_enabled())
                     st.step += 1
+                    self.health.after_step(st.step, float(np.mean([o.loss.item() for o in outputs])),
+                                           float(np.mean([o.accuracy for o in outputs])))
                     st.batch_in_epoch += accum
                     epoch_done = st.batch_in_epoch + accum > num_batches
                     if epoch_done:
@@ -229,6 +233,9 @@ class Trainer:
             self.logger.log_validation(st.step, metrics)
         log.info("validation at step %d: %s", st.step, fmt(metrics))
         metric = self.validator.metric(metrics)
+        start = st.initial_validation.get(metric) if st.step > 0 else None
+        self.health.after_validation(st.step, st.epoch, metric, float(metrics[metric]), start,
+                                     greater_is_better(metric))
         if self.validator.is_better(metric, metrics[metric], st.best_value):
             st.best_value, st.best_step, st.best_metric, st.best_validation = (
                 float(metrics[metric]), st.step, metric, metrics)

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Sequence
 import torch
 
 from dpr.training.denoise import denoise_examples, write_denoise_counts
+from dpr.training.imported_scores import IMPORTED_FILE, import_teacher_scores
 from dpr.training.teacher_scores import SCORES_FILE, TeacherScores, read_teacher_scores, score_summary
 
 
@@ -96,6 +97,9 @@ def prepare_teacher(loss, tc, dataset_root: str | Path, passages: str | Path, tr
     store = None
     if kind == "scores" or tc.teacher_denoise:
         path = scores_path(tc, dataset_root)
+        imported = Path(dataset_root) / IMPORTED_FILE
+        if not tc.teacher_scores and imported.is_file():  # scores that came with imported data (dpr-data import)
+            path = import_teacher_scores(imported, train_file, path)
         if not path.is_file():
             why = f"loss {getattr(loss, 'name', type(loss).__name__)}" if kind == "scores" else "train.teacher_denoise"
             raise FileNotFoundError(f"{path}: no teacher scores, which {why} needs: set train.teacher_scores or "

@@ -3,7 +3,9 @@
 
 One line per scored question: ``{"question", "query_id", "split", "passage_ids": [...], "scores": [...]}``
 (the question's positives first, then its negatives, each passage once; scores on the teacher's own
-scale). Nothing in training reads it yet; the exporters write it back into the formats that hold scores.
+scale). The exporters write it back into the formats that hold scores; distillation (`loss=kl_distill` or
+`margin_mse`, `train.teacher_denoise`) turns it into the fingerprinted `teacher_scores.jsonl`
+(`dpr.training.imported_scores`).
 """
 
 from __future__ import annotations
