@@ -1,6 +1,6 @@
 """dpr: dense passage retriever training, export, indexing and evaluation.
 
-``from dpr import Retriever`` is the Python search API (`dpr.api`); it is imported on first use so
+``from dpr import Retriever`` is the Python search API (`dpr.retrieval`); it is imported on first use so
 that ``import dpr`` stays light.
 """
 
@@ -12,7 +12,7 @@ __all__ = ["Retriever", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "Retriever":
-        from dpr.api import Retriever
+        from dpr.retrieval import Retriever
 
         return Retriever
     raise AttributeError(f"module 'dpr' has no attribute {name!r}")

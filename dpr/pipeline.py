@@ -16,15 +16,17 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from dpr import bm25, encode, index as faiss_index, retrieve
+from dpr import bm25, encode, index as faiss_index
 from dpr.atomic import write_json_atomic
 from dpr.data.dataset import DatasetPaths
 from dpr.data.prepare import prepare_dataset
 from dpr.eval.report import evaluate_qa, evaluate_qrels
-from dpr.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.model_card import write_model_card
 from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
+from dpr.negatives import bm25 as bm25_negatives
 from dpr.remine import remine_dataset
+from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
+from dpr.retrieval.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.stages import StageRunner
 from dpr.training.trainer import train
 
@@ -156,9 +158,15 @@ def run_pipeline(cfg: DictConfig) -> dict:
 
     ext = ".trec" if qrels_data else ".json"
     bm25_test, bm25_dev = bm25_dir / f"{split_eval}{ext}", bm25_dir / f"{split_dev}{ext}"
+
+    def bm25_retrieve() -> None:
+        retriever = BM25Retriever(bm25_index(), None if qrels_data else ds.passages)  # one for both splits
+        for split, path in ((split_eval, bm25_test), (split_dev, bm25_dev)):
+            retrieve.retrieve_split(retriever, ds, split, path, k=bcfg.k)
+
     stages.run(
         "bm25_retrieve",
-        lambda: bm25.retrieve_split(bm25_index(), ds, [split_eval, split_dev], bm25_dir, k=bcfg.k),
+        bm25_retrieve,
         outputs=[bm25_test, bm25_dev],
         inputs=[ds.passages, *_questions(ds, split_eval), *_questions(ds, split_dev)],
         params=_plain(bcfg),
@@ -166,7 +174,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
     if bcfg.mine:
         stages.run(
             "bm25_mine",
-            lambda: bm25.mine_dataset(bm25_index(), ds, num_negatives=bcfg.num_negatives, depth=bcfg.k),
+            lambda: bm25_negatives.mine_dataset(bm25_index(), ds, num_negatives=bcfg.num_negatives, depth=bcfg.k),
             outputs=[ds.train, ds.dev],
             inputs=[ds.passages, ds.train, ds.dev],
             params=_plain(bcfg),
@@ -194,8 +202,9 @@ def run_pipeline(cfg: DictConfig) -> dict:
             stages.run(
                 f"{name}_retrieve_{split}",
                 lambda split=split, path=path: retrieve.retrieve_split(
-                    model_path, idx, ds, split, path, k=cfg.retrieve.k, batch_size=cfg.retrieve.batch_size,
-                    autocast=cfg.retrieve.get("autocast", "auto")),
+                    Retriever.dense(model_path, idx, None if qrels_data else ds.passages,
+                                    batch_size=cfg.retrieve.batch_size, autocast=cfg.retrieve.get("autocast", "auto")),
+                    ds, split, path, k=cfg.retrieve.k),
                 outputs=[path], inputs=[idx, *_questions(ds, split), *model_inputs],
                 params=_plain(cfg.retrieve),
             )

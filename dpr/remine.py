@@ -103,10 +103,10 @@ def remine_examples(
     batch_size: int = 64,
 ) -> tuple[list[dict], dict[str, int]]:
     """Copies of ``examples`` whose ``hard_negative_ctxs`` mix their BM25 negatives with the model's own."""
-    from dpr.bm25.mine import _judged_docs
     from dpr.index import load_index, search
-    from dpr.api.passages import fetch_passages
-    from dpr.retrieve import encode_questions
+    from dpr.negatives.bm25 import _judged_docs
+    from dpr.retrieval.passages import fetch_passages
+    from dpr.retrieval.runs import encode_questions
 
     index, ids = load_index(index_path)
     q, config = encode_questions(model_path, [ex["question"] for ex in examples], batch_size=batch_size)
@@ -144,7 +144,7 @@ def remine_dataset(model_path: str | Path, index_path: str | Path, ds: Any, outp
                    train_file: str | Path | None = None, **kwargs: Any) -> dict[str, int]:
     """Re-mine ``ds``'s training questions (or ``train_file``'s) into ``output`` (DPR retriever JSON, atomic)."""
     from dpr.atomic import write_json_atomic
-    from dpr.bm25.mine import judged_from_dataset
+    from dpr.negatives.bm25 import judged_from_dataset
     from dpr.data.retriever_json import read_retriever_json, write_retriever_json
 
     examples = [ex for ex in read_retriever_json(train_file or ds.train) if ex["positive_ctxs"]]

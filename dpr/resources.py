@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dpr.errors import DataError
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -32,13 +34,20 @@ def default_cache_dir() -> Path:
     return repo_data / "cache" if (repo_data / "registry.yaml").is_file() else Path("data") / "cache"
 
 
+def folder_name(path: str | Path) -> str:
+    """The dataset name a folder gives (its last component, e.g. ``scifact`` for ``~/beir/scifact/``);
+    here, below `dpr.data`, because the config resolver and the beir recipe both name datasets so."""
+    name = Path(str(path)).expanduser().resolve().name
+    if not name:
+        raise DataError(path, "cannot name a dataset after this folder", field="path")
+    return name
+
+
 def _basename(path: object) -> str:
     """``${dpr_basename:${.path}}``: a folder's name (null path → "beir", so the error comes from the
     recipe, naming the missing ``data.path``)."""
     if path in (None, ""):
         return "beir"
-    from dpr.data.prepare.beir import folder_name
-
     return folder_name(str(path))
 
 

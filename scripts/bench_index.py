@@ -95,7 +95,8 @@ def main() -> None:
         shards = list_shards(emb)
         x = np.concatenate([np.asarray(s.vectors(), dtype=np.float32) for s in shards])
         if args.qa and args.model:
-            from dpr.retrieve import encode_questions, read_questions
+            from dpr.data.questions import read_questions
+            from dpr.retrieval.runs import encode_questions
 
             pairs = read_questions(args.qa)[: args.queries]
             q, _ = encode_questions(args.model, [p[0] for p in pairs])
@@ -132,7 +133,7 @@ def main() -> None:
     answers_hit = None
     if pairs is not None and args.passages:
         from dpr.eval.has_answer import has_answer
-        from dpr.retrieve import fetch_passages
+        from dpr.retrieval.passages import fetch_passages
 
         def top_k_accuracy(hits: list[list[str]]) -> float:
             texts = fetch_passages(args.passages, [p for h in hits for p in h])

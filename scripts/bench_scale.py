@@ -59,7 +59,8 @@ def load_real(args: argparse.Namespace, work: Path) -> dict:
     from dpr.data.passages import iter_passages
     from dpr.index.fingerprint import model_fingerprint
     from dpr.index.shards import list_shards
-    from dpr.retrieve import encode_questions, read_questions
+    from dpr.data.questions import read_questions
+    from dpr.retrieval.runs import encode_questions
 
     rows = list(iter_passages(args.passages))
     emb = args.embeddings

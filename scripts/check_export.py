@@ -62,7 +62,7 @@ def main() -> None:
 
     from dpr.data.passages import iter_passages
     from dpr.export import compare_export, export_sentence_transformers
-    from dpr.retrieve import read_questions
+    from dpr.data.questions import read_questions
 
     tmp = Path(tempfile.mkdtemp(prefix="check_export_"))
     run = args.run or make_run(args.make, tmp / "run")

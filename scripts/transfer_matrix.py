@@ -11,7 +11,7 @@ passage (they share its words), SciQ's and NFCorpus' were not. Rows: BM25, the u
 (``--untrained-config``, all-MiniLM-L6-v2 by default) and each ``--run NAME=RUN_DIR`` (a `dpr-train`
 output); columns: the datasets. Cells: top-20 accuracy for QA data, nDCG@10 for qrels data (in %);
 ``*`` marks a model evaluated on the dataset it was trained on. Everything goes through the project's
-own stages (`dpr.bm25`, `dpr.encode`, `dpr.index`, `dpr.retrieve`, `dpr.eval.report`), so each
+own stages (`dpr.bm25`, `dpr.encode`, `dpr.index`, `dpr.retrieval`, `dpr.eval.report`), so each
 dataset also gets its full report in ``<out>/<dataset>/eval/``; finished stages are skipped on rerun.
 
 Output: ``<out>/transfer.json`` and ``<out>/transfer.md``.
@@ -68,7 +68,8 @@ def save_untrained(config_path: Path, model_name: str | None, out: Path, seed: i
 
 def evaluate_dataset(ds: DatasetPaths, models: Mapping[str, Path], out: Path, k: int, batch_size: int) -> dict:
     """BM25 and every model on ``ds``'s test split; returns ``{system: metric}`` (fractions)."""
-    from dpr import bm25, encode, index as faiss_index, retrieve
+    from dpr import bm25, encode, index as faiss_index
+    from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
     from dpr.eval.report import evaluate_qa, evaluate_qrels
 
     stages = StageRunner(out / "stages")
@@ -76,8 +77,9 @@ def evaluate_dataset(ds: DatasetPaths, models: Mapping[str, Path], out: Path, k:
     ext = ".trec" if qrels else ".json"
     questions = [ds.queries, ds.qrels("test")] if qrels else [ds.qa("test")]
     runs = {"bm25": out / "bm25" / f"test{ext}"}
-    stages.run("bm25", lambda: bm25.retrieve_split(
-        bm25.get_or_build_index(ds.passages, out / "bm25_index"), ds, ["test"], out / "bm25", k=k),
+    stages.run("bm25", lambda: retrieve.retrieve_split(
+        BM25Retriever(bm25.get_or_build_index(ds.passages, out / "bm25_index"), None if qrels else ds.passages),
+        ds, "test", runs["bm25"], k=k),
         outputs=[runs["bm25"]], inputs=[ds.passages, *questions], params={"k": k})
     for name, model in models.items():
         sdir = out / name
@@ -88,7 +90,8 @@ def evaluate_dataset(ds: DatasetPaths, models: Mapping[str, Path], out: Path, k:
         stages.run(f"{name}_index", lambda emb=emb, idx=idx: faiss_index.build_and_save(emb, idx),
                    outputs=[idx], inputs=[emb])
         stages.run(f"{name}_retrieve", lambda model=model, idx=idx, res=res: retrieve.retrieve_split(
-            model, idx, ds, "test", res, k=k, batch_size=batch_size), outputs=[res], inputs=[*inputs, *questions],
+            Retriever.dense(model, idx, None if qrels else ds.passages, batch_size=batch_size), ds, "test", res, k=k),
+            outputs=[res], inputs=[*inputs, *questions],
             params={"k": k})
         runs[name] = res
     notes = {"dataset": ds.name, "transfer_matrix": True}

@@ -57,7 +57,7 @@ def assert_same(hits_per_question, results, k):
 def test_import_from_package():
     import dpr
     from dpr import Retriever
-    from dpr.api import Retriever as direct
+    from dpr.retrieval import Retriever as direct
 
     assert Retriever is direct and "Retriever" in dpr.__all__
     with pytest.raises(AttributeError):

@@ -20,6 +20,10 @@ from dpr.data.results import read_results, read_trec_run
 from dpr.data.retriever_json import read_retriever_json, write_retriever_json
 from dpr.errors import DataError
 from dpr.eval.has_answer import has_answer
+from dpr.negatives import bm25 as mine
+from dpr.retrieval import BM25Retriever
+from dpr.retrieval.records import iter_qa_records
+from dpr.retrieval.runs import retrieve_split
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "WANDB_MODE": "disabled"}
@@ -141,13 +145,13 @@ def test_stale_index_refused(tiny, tmp_path):
     rows = list(iter_passages(tiny.passages))
     write_passages(tiny.passages, list(reversed(rows)))
     with pytest.raises(DataError, match="stale"):
-        bm25.retrieve_qa(index, [("capital of hawaii", ["Honolulu"])], tiny.passages, k=3)
+        list(iter_qa_records(BM25Retriever(index, tiny.passages), [("capital of hawaii", ["Honolulu"])], k=3))
 
 
 def test_retrieve_split_qa_results(tiny, tmp_path):
     index = bm25.build_index(tiny.passages)
-    paths = bm25.retrieve_split(index, tiny, ["test"], tmp_path, k=3)
-    results = read_results(paths["test"])
+    results = read_results(retrieve_split(BM25Retriever(index, tiny.passages), tiny, "test", tmp_path / "test.json",
+                                          k=3))
     assert len(results) == 8
     first = results[0]
     assert first["question"] == "what is the capital of hawaii" and first["answers"] == ["Honolulu"]
@@ -172,7 +176,7 @@ def test_mining_never_returns_positives_or_answers(tiny):
     _add_answer_bearing_passages(tiny)
     index = bm25.build_index(tiny.passages)
     examples = read_retriever_json(tiny.train)
-    mined, stats = bm25.mine_hard_negatives(index, examples, tiny.passages, num_negatives=5, depth=11)
+    mined, stats = mine.mine_hard_negatives(index, examples, tiny.passages, num_negatives=5, depth=11)
     assert len(mined) == len(examples)
     for ex in mined:
         positives = {c["passage_id"] for c in ex["positive_ctxs"]}
@@ -192,14 +196,14 @@ def test_mining_never_returns_positives_or_answers(tiny):
 
 def test_mine_dataset_writes_back_and_marks_up_to_date(tiny):
     index = bm25.get_or_build_index(tiny.passages, tiny.root / "bm25_index")
-    stats = bm25.mine_dataset(index, tiny, num_negatives=2, depth=8)
+    stats = mine.mine_dataset(index, tiny, num_negatives=2, depth=8)
     assert set(stats) == {"train", "dev"}
     train = read_retriever_json(tiny.train)
     assert all(len(ex["hard_negative_ctxs"]) <= 2 for ex in train)
     assert sum(len(ex["hard_negative_ctxs"]) for ex in train) == stats["train"]["kept"] > 0
-    assert bm25.mining_up_to_date(tiny, index, num_negatives=2, depth=8)
-    assert not bm25.mining_up_to_date(tiny, index, num_negatives=3, depth=8)
-    bm25.mine_dataset(index, tiny, num_negatives=2, depth=8, force=True)  # replaces, never appends
+    assert mine.mining_up_to_date(tiny, index, num_negatives=2, depth=8)
+    assert not mine.mining_up_to_date(tiny, index, num_negatives=3, depth=8)
+    mine.mine_dataset(index, tiny, num_negatives=2, depth=8, force=True)  # replaces, never appends
     assert read_retriever_json(tiny.train) == train
 
 
@@ -217,7 +221,7 @@ def test_mining_qrels_excludes_judged_documents(tmp_path):
     (root / "meta.json").write_text(json.dumps({"name": "q", "kind": "qrels"}))
     ds = DatasetPaths(root)
     index = bm25.build_index(ds.passages)
-    stats = bm25.mine_dataset(index, ds, num_negatives=5, depth=5)
+    stats = mine.mine_dataset(index, ds, num_negatives=5, depth=5)
     (ex,) = read_retriever_json(ds.train)
     assert [c["passage_id"] for c in ex["hard_negative_ctxs"]] == ["d3"]
     assert stats["train"]["rejected_judged"] == 2 and stats["train"]["rejected_positive"] == 1
@@ -240,7 +244,7 @@ def test_mining_on_real_squad(mirror_dir):
     import datasets
 
     ds = datasets.Dataset.from_list(rows)
-    mined, stats = bm25.mine_hard_negatives(index, examples[::5][:400], ds, num_negatives=10, depth=50)
+    mined, stats = mine.mine_hard_negatives(index, examples[::5][:400], ds, num_negatives=10, depth=50)
     for ex in mined:
         pos = ex["positive_ctxs"][0]["passage_id"]
         for c in ex["hard_negative_ctxs"]:

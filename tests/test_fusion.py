@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dpr.errors import DataError
-from dpr.fusion import fuse_linear, fuse_rrf, fuse_runs_linear, fuse_runs_rrf, normalize_scores, tune_linear_weight
+from dpr.retrieval.fusion import fuse_linear, fuse_rrf, fuse_runs_linear, fuse_runs_rrf, normalize_scores, tune_linear_weight
 
 
 def ctx(pid, score, has_answer=False):

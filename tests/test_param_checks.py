@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from dpr.errors import DataError
-from dpr.fusion import fuse_linear, fuse_ranked, fuse_rrf, tune_linear_weight
+from dpr.retrieval.fusion import fuse_linear, fuse_ranked, fuse_rrf, tune_linear_weight
 from dpr.index import build_index, load_index, save_index, search
 from dpr.index.shards import write_shard
-from dpr.retrieve import hybrid_retrieve
+from dpr.retrieval.runs import hybrid_retrieve
 
 from test_bad_input import _cli, _one_line
 

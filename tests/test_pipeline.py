@@ -90,7 +90,7 @@ def test_pipeline_end_to_end_and_skips_up_to_date_stages(tiny_data_dir, tiny_mod
 def _check_hybrid_weight_from_dev(out: Path) -> None:
     """The saved weight is the one tuned on the dev result files, and a test-tuned weight differs (so the
     check can tell them apart); the hybrid test results are the test lists fused with that weight."""
-    from dpr.fusion import fuse_linear, tune_linear_weight
+    from dpr.retrieval.fusion import fuse_linear, tune_linear_weight
 
     saved = json.loads((out / "hybrid" / "weight.json").read_text())
     kw = {"metric": saved["metric"], "metric_k": saved["metric_k"], "normalize": saved["normalize"],

@@ -70,16 +70,18 @@ def test_query_missing_from_run_scores_zero():
 
 def test_bm25_on_nfcorpus_equals_pytrec_eval(mirror_dir, tmp_path):
     """A real run: BM25 over NFCorpus (built straight from the BEIR files), test queries, top 100."""
-    from dpr.bm25 import build_index_from_rows, retrieve_qrels
+    from dpr.bm25 import build_index_from_rows
     from dpr.data.beir import iter_beir_corpus, read_qrels, read_queries
     from dpr.data.results import write_trec_run
     from dpr.eval.report import evaluate_qrels
+    from dpr.retrieval import BM25Retriever
+    from dpr.retrieval.records import trec_run
 
     root = mirror_dir / "nfcorpus"
     index = build_index_from_rows(iter_beir_corpus(root / "corpus.jsonl"))
     qrels = read_qrels(root / "qrels" / "test.tsv")
     queries = read_queries(root / "queries.jsonl")
-    run = retrieve_qrels(index, {q: queries[q] for q in qrels}, k=100)
+    run = trec_run(BM25Retriever(index), {q: queries[q] for q in qrels}, k=100)
     assert len(run) == 323 and all(len(d) == 100 for d in run.values())
     expected = assert_equal_to_pytrec(run, qrels)
     ndcg = sum(v["ndcg@10"] for v in expected.values()) / len(expected)

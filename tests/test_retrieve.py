@@ -14,7 +14,8 @@ from dpr.data.beir import write_qrels, write_queries
 from dpr.data.results import read_results, read_trec_run, write_results
 from dpr.errors import DataError
 from dpr.index.shards import list_shards, write_shard
-from dpr.retrieve import dense_retrieve, fetch_passages, hybrid_retrieve
+from dpr.retrieval.passages import fetch_passages
+from dpr.retrieval.runs import dense_retrieve, hybrid_retrieve
 
 from conftest import TINY_PASSAGES, TINY_QA
 
@@ -98,14 +99,15 @@ def test_beir_queries_write_a_trec_run(built, tiny_model_dir, tmp_path):
 
 def test_retrieve_split_of_a_prepared_dataset(built, tiny_model_dir, tmp_path):
     from dpr.data.dataset import DatasetPaths
-    from dpr.retrieve import retrieve_split
+    from dpr.retrieval import Retriever
+    from dpr.retrieval.runs import retrieve_split
 
     _, data, _, index = built
     ds = DatasetPaths(data)
-    test = read_results(retrieve_split(tiny_model_dir, index, ds, "test", tmp_path / "test.json", k=2,
-                                       autocast="off"))
+    dense = Retriever.dense(tiny_model_dir, index, ds.passages, autocast="off")
+    test = read_results(retrieve_split(dense, ds, "test", tmp_path / "test.json", k=2))
     assert len(test) == len(TINY_QA) and all(len(r["ctxs"]) == 2 for r in test)
-    dev = read_results(retrieve_split(tiny_model_dir, index, ds, "dev", tmp_path / "dev.json", k=2, autocast="off"))
+    dev = read_results(retrieve_split(dense, ds, "dev", tmp_path / "dev.json", k=2))
     assert [r["question"] for r in dev] == [q for q, _, _ in TINY_QA[:4]]  # from dev.json (no dev.qa.tsv)
 
 

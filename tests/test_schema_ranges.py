@@ -99,7 +99,7 @@ def _legal(kind: str, value, rule, optional: bool) -> bool:
 
 def _fusion_runs(key: str, value) -> None:
     """Fuse two tiny result files with the accepted value: every fused score finite, k respected."""
-    from dpr.retrieve import hybrid_retrieve
+    from dpr.retrieval.runs import hybrid_retrieve
 
     from test_param_checks import BM25, DENSE
 

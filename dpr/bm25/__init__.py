@@ -1,4 +1,5 @@
-"""BM25 baseline (bm25s): index, search, retrieval to results files, and hard-negative mining."""
+"""The BM25 lexical engine (bm25s): index, search and the numpy weights. Retrieval to files is
+`dpr.retrieval` (`Retriever.bm25`), hard-negative mining `dpr.negatives.bm25`."""
 
 from dpr.bm25.index import (
     DEFAULT_B,
@@ -13,22 +14,8 @@ from dpr.bm25.index import (
     save_index,
 )
 from dpr.bm25.search import search, search_indices
-from dpr.bm25.mine import mine_dataset, mine_hard_negatives, mining_up_to_date
-from dpr.bm25.retrieve import (
-    iter_qa_results,
-    retrieve_qa,
-    retrieve_qrels,
-    retrieve_split,
-    retrieve_to_results,
-    split_queries,
-    write_qa_results,
-    write_qrels_run,
-)
 
 __all__ = [
     "DEFAULT_B", "DEFAULT_K1", "DEFAULT_STEMMER", "DEFAULT_STOPWORDS", "BM25Index", "build_index",
     "build_index_from_rows", "get_or_build_index", "load_index", "save_index", "search", "search_indices",
-    "mine_dataset", "mine_hard_negatives", "mining_up_to_date", "iter_qa_results", "retrieve_qa",
-    "retrieve_qrels", "retrieve_split", "retrieve_to_results", "split_queries", "write_qa_results",
-    "write_qrels_run",
 ]

@@ -31,6 +31,9 @@ def run_dataset(cfg: DictConfig) -> None:
     """``data=<name>``: retrieve for ``split`` into ``output`` and/or mine negatives into train/dev."""
     from dpr import bm25
     from dpr.data.dataset import DatasetPaths
+    from dpr.data.questions import read_questions, read_split_queries
+    from dpr.negatives.bm25 import mine_dataset
+    from dpr.retrieval import BM25Retriever, records
 
     ds = DatasetPaths.of(cfg.data_dir, cfg.data.name)
     if not ds.passages.is_file():
@@ -47,13 +50,14 @@ def run_dataset(cfg: DictConfig) -> None:
             from dpr.data.beir import check_qrels_corpus
 
             check_qrels_corpus(ds.qrels(cfg.split), ds.passages)
-            queries = bm25.split_queries(ds.queries, ds.qrels(cfg.split))
-            bm25.write_qrels_run(index, queries, output, k=cfg.k, n_threads=cfg.n_threads)
+            queries = read_split_queries(ds.queries, ds.qrels(cfg.split))
+            records.write_trec_run(BM25Retriever(index, n_threads=cfg.n_threads), queries, output, k=cfg.k)
         else:
-            bm25.write_qa_results(index, ds.qa(cfg.split), ds.passages, output, k=cfg.k, n_threads=cfg.n_threads)
+            records.write_qa_records(BM25Retriever(index, ds.passages, n_threads=cfg.n_threads),
+                                     read_questions(ds.qa(cfg.split)), output, k=cfg.k)
     if cfg.mine:
-        stats = bm25.mine_dataset(index, ds, num_negatives=cfg.num_negatives, depth=cfg.depth,
-                                  n_threads=cfg.n_threads, force=cfg.force)
+        stats = mine_dataset(index, ds, num_negatives=cfg.num_negatives, depth=cfg.depth,
+                             n_threads=cfg.n_threads, force=cfg.force)
         for split, st in stats.items():
             log.info("%s: %s", split, st)
 
@@ -61,6 +65,8 @@ def run_dataset(cfg: DictConfig) -> None:
 def run_standalone(cfg: DictConfig) -> None:
     """``passages=<tsv>`` with ``qa=<tsv>`` or ``queries=<jsonl>`` [``qrels=<tsv>``], ``output=<file>``."""
     from dpr import bm25
+    from dpr.data.questions import read_questions, read_split_queries
+    from dpr.retrieval import BM25Retriever, records
 
     if not cfg.output:
         raise ValueError("standalone use needs output=<file>")
@@ -75,16 +81,15 @@ def run_standalone(cfg: DictConfig) -> None:
         index = bm25.build_index(passages, **_index_params(cfg))
     if cfg.qa:
         _require_questions(cfg.qa)
-        bm25.write_qa_results(index, cfg.qa, passages, cfg.output, k=cfg.k, n_threads=cfg.n_threads)
+        records.write_qa_records(BM25Retriever(index, passages, n_threads=cfg.n_threads), read_questions(cfg.qa),
+                                 cfg.output, k=cfg.k)
         return
-    from dpr.data.beir import read_queries
-
     if cfg.qrels:
         from dpr.data.beir import check_qrels_corpus
 
         check_qrels_corpus(cfg.qrels, passages)
-    queries = bm25.split_queries(cfg.queries, cfg.qrels) if cfg.qrels else read_queries(cfg.queries)
-    bm25.write_qrels_run(index, queries, cfg.output, k=cfg.k, n_threads=cfg.n_threads)
+    queries = read_split_queries(cfg.queries, cfg.qrels or None)
+    records.write_trec_run(BM25Retriever(index, n_threads=cfg.n_threads), queries, cfg.output, k=cfg.k)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="bm25")

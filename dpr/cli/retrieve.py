@@ -23,12 +23,12 @@ def _require(cfg: DictConfig, *keys: str) -> None:
 def _require_questions(cfg: DictConfig) -> None:
     """An empty question set would write an empty results file that later looks like a finished run."""
     if cfg.qa:
-        from dpr.retrieve import read_questions
+        from dpr.data.questions import read_questions
 
         if not read_questions(cfg.qa):
             raise ValueError(f"{cfg.qa}: no questions")
     elif cfg.queries:
-        from dpr.retrieve import read_split_queries
+        from dpr.data.questions import read_split_queries
 
         if cfg.qrels and cfg.passages:
             from dpr.data.beir import check_qrels_corpus
@@ -43,7 +43,7 @@ def _require_questions(cfg: DictConfig) -> None:
 @report_errors("dpr-retrieve", outputs=("output",), schema="retrieve")
 def _run(cfg: DictConfig) -> None:
     if cfg.mode == "hybrid":
-        from dpr.retrieve import hybrid_retrieve
+        from dpr.retrieval.runs import hybrid_retrieve
 
         _require(cfg, "bm25", "dense")
         info = hybrid_retrieve(
@@ -57,7 +57,7 @@ def _run(cfg: DictConfig) -> None:
     if cfg.mode != "dense":
         raise ValueError(f"mode must be 'dense' or 'hybrid', got {cfg.mode!r}")
     from dpr.index.fingerprint import check_index_matches
-    from dpr.retrieve import dense_retrieve
+    from dpr.retrieval.runs import dense_retrieve
 
     _require(cfg, "model_path", "index_path")
     check_model_path(cfg.model_path)

@@ -89,7 +89,7 @@ def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | P
     returns timings and, for QA results, top-k before and after."""
     from dpr.data.results import read_results, write_results
     from dpr.rerank.model import load_cross_encoder
-    from dpr.rerank.validate import results_metrics
+    from dpr.eval.ranking import results_metrics
 
     model, tok, settings = load_cross_encoder(model_dir)
     results = read_results(results_path)

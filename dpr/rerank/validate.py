@@ -2,9 +2,9 @@
 
 QA data (answers, DPR's has_answer rule): top-1/5/20 accuracy and ``mrr`` (mean of 1 / rank of the first
 answer-bearing passage, 0 when none is in the list). qrels data (judged grades per query id): nDCG@10,
-MRR@10, Recall@10 as `dpr.eval.qrels_metrics` computes them. The primary metric is ``mrr`` on QA data (it
-moves with every rank, where top-20 of a reranked top 20 cannot move at all) and ``ndcg@10`` on qrels data;
-greater is better for all of them.
+MRR@10, Recall@10 as `dpr.eval.qrels_metrics` computes them (`dpr.eval.ranking.results_metrics`). The
+primary metric is ``mrr`` on QA data (it moves with every rank, where top-20 of a reranked top 20 cannot
+move at all) and ``ndcg@10`` on qrels data; greater is better for all of them.
 """
 
 from __future__ import annotations
@@ -12,31 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
-from dpr.eval.topk import NO_HIT, first_hit_ranks, top_k_accuracy
-
-QA_KS = (1, 5, 20)
-
-
-def results_metrics(results: Sequence[Mapping[str, Any]], qrels: Mapping[str, Mapping[str, int]] | None = None,
-                    max_k: int | None = None) -> dict[str, float]:
-    """Metrics of results in their list order (QA: has_answer; with ``qrels``: by each record's ``query_id``);
-    QA top-k only for k <= ``max_k`` (the reranked depth: top-20 of a top 5 says nothing)."""
-    if qrels is not None:
-        from dpr.eval.qrels_metrics import mean_metrics
-
-        run = {}
-        for rec in results:
-            n = len(rec["ctxs"])  # the list order is the ranking: scores made strictly decreasing with rank
-            run[str(rec["query_id"])] = {str(c["id"]): float(n - j) for j, c in enumerate(rec["ctxs"])}
-        return mean_metrics(run, {q: qrels[q] for q in run if q in qrels}, ("ndcg@10", "mrr@10", "recall@10"))
-    ranks = first_hit_ranks(results, desc="dev has_answer")
-    ks = [k for k in QA_KS if max_k is None or k <= max_k] or [max_k]
-    out = {f"top{k}": v for k, v in top_k_accuracy(ranks, ks).items()}
-    rr = np.where(ranks == NO_HIT, 0.0, 1.0 / (np.minimum(ranks, NO_HIT - 1) + 1.0))
-    out["mrr"] = float(rr.mean()) if len(rr) else 0.0
-    return out
+from dpr.eval.ranking import results_metrics
+from dpr.rerank.score import rerank_results
 
 
 class RerankValidator:
@@ -58,8 +35,6 @@ class RerankValidator:
             raise ValueError(f"best_metric={self.primary_metric} needs qrels data; QA data has mrr, top1, top5, top20")
 
     def __call__(self, model: Any, tokenizer: Any) -> dict[str, float]:
-        from dpr.rerank.score import rerank_results
-
         t0 = time.perf_counter()
         reranked = rerank_results(model, tokenizer, self.results, self.k, self.settings,
                                   batch_size=self.batch_size, autocast=self.precision)

@@ -9,7 +9,7 @@ For each training question, with ``pos`` the lowest teacher score among its scor
   the question's positives (``questions_without_positive_score``).
 
 The counts are logged and written beside the scores file (``<scores>.denoise.json``), as the BM25
-miner's filters are (:mod:`dpr.bm25.mine`). train.json is not rewritten (that would make the teacher's
+miner's filters are (:mod:`dpr.negatives.bm25`). train.json is not rewritten (that would make the teacher's
 scores of it stale): the trainer denoises the examples it loaded (``train.teacher_denoise``).
 """
 

@@ -37,14 +37,6 @@ SPLITS = ("train", "dev", "test")
 SPLIT_FILES = {"train": ("train.tsv",), "dev": ("dev.tsv", "validation.tsv"), "test": ("test.tsv",)}
 
 
-def folder_name(path: str | Path) -> str:
-    """The dataset name a folder gives (its last component, e.g. ``scifact`` for ``~/beir/scifact/``)."""
-    name = Path(str(path)).expanduser().resolve().name
-    if not name:
-        raise DataError(path, "cannot name a dataset after this folder", field="path")
-    return name
-
-
 def local_sources(cfg: Mapping) -> dict[str, Path]:
     """``{role: file}`` of the BEIR folder ``cfg["path"]``: corpus, queries and each split's qrels."""
     if not cfg.get("path"):

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 from dpr.atomic import sha256_file, write_json_atomic
 from dpr.bm25.index import BM25Index
 from dpr.bm25.search import search_indices
-from dpr.bm25.retrieve import RESULTS_CHUNK, fetch_passages, open_passages
 from dpr.eval.has_answer import has_answer
+from dpr.retrieval.passages import PassageStore
+from dpr.retrieval.records import RESULTS_CHUNK
 
 if TYPE_CHECKING:
     import datasets
@@ -60,13 +61,13 @@ def mine_hard_negatives(
     """
     if num_negatives < 0 or depth < 1:
         raise ValueError(f"need num_negatives >= 0 and depth >= 1, got {num_negatives} and {depth}")
-    ds = open_passages(passages)
+    ds = PassageStore(passages).ds  # loaded once; each chunk's rows are fetched from it
     counts: Counter = Counter()
     mined: list[dict] = []
     for start in range(0, len(examples), RESULTS_CHUNK):
         chunk = examples[start:start + RESULTS_CHUNK]
         rows, scores = search_indices(index, [ex["question"] for ex in chunk], depth, n_threads=n_threads)
-        psg = fetch_passages(index, ds, rows)
+        psg = PassageStore(ds).fetch_rows(rows, index.ids)  # checked against the index ids
         for ex, row_ids, row_scores in zip(chunk, rows.tolist(), scores.tolist()):
             positives = {str(c["passage_id"]) for c in ex.get("positive_ctxs") or []}
             judged = _judged_docs(ex, qrels)
@@ -165,7 +166,7 @@ def mine_dataset(
         log.info("hard negatives in %s are up to date", ds.root)
         return json.loads((Path(ds.root) / MARKER_FILE).read_text(encoding="utf-8"))["stats"]
     qrels = judged_from_dataset(ds) if ds.kind == "qrels" else None
-    passages = open_passages(ds.passages)
+    passages = PassageStore(ds.passages).ds
     all_stats: dict[str, dict[str, int]] = {}
     for split, path in files.items():
         examples = read_retriever_json(path)

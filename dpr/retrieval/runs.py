@@ -1,9 +1,10 @@
-"""Retrieval to files for any `dpr.api.Retriever` (question files in, DPR results JSON or TREC runs out),
-dense retrieval with a FAISS index, and hybrid fusion of result files.
+"""Retrieval to files for any `dpr.retrieval.Retriever` (question files in, DPR results JSON or TREC runs
+out): one split of a prepared dataset (`retrieve_split`), dense retrieval with a FAISS index, and hybrid
+fusion of result files.
 
 Dense works with any model and corpus on its own: a run dir or HF name, a FAISS index from `dpr-index`
-(ids in ``<index>.ids``) and the passages TSV the index was encoded from. BM25 (`dpr.bm25.retrieve`)
-goes through the same functions, so both write identical records.
+(ids in ``<index>.ids``) and the passages TSV the index was encoded from. BM25, dense and hybrid go
+through the same functions, so all write identical records.
 """
 
 from __future__ import annotations
@@ -14,44 +15,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dpr.api.passages import fetch_passages
-from dpr.api.retriever import Retriever
 from dpr.checks import MAX_K, check_int
-from dpr.errors import DataError
-from dpr.fusion import DEFAULT_GRID, Run, fuse_linear, fuse_rrf, tune_linear_weight
+from dpr.data.questions import read_questions, read_split_queries, split_questions
+from dpr.retrieval import records
+from dpr.retrieval.fusion import DEFAULT_GRID, Run, fuse_linear, fuse_rrf, tune_linear_weight
+from dpr.retrieval.retriever import Retriever
 
 log = logging.getLogger(__name__)
 
-__all__ = ["dense_retrieve", "retrieve_split", "retrieve_split_with", "retrieve_to_file", "hybrid_retrieve",
-           "read_questions", "read_split_queries", "fetch_passages", "fuse_linear", "fuse_rrf",
-           "tune_linear_weight"]
-
-
-def read_questions(path: str | Path) -> list[tuple[str, list[str]]]:
-    """(question, answers) pairs from a ``.qa.tsv`` file or a DPR retriever ``.json`` (e.g. dev.json)."""
-    path = Path(path)
-    if path.suffix == ".json":
-        from dpr.data.retriever_json import read_retriever_json
-
-        return [(ex["question"], list(ex["answers"])) for ex in read_retriever_json(path)]
-    from dpr.data.qa import read_qa_tsv
-
-    return [(p.question, list(p.answers)) for p in read_qa_tsv(path)]
-
-
-def read_split_queries(queries_path: str | Path, qrels_path: str | Path | None = None) -> dict[str, str]:
-    """BEIR queries, restricted to those judged in ``qrels_path`` when given (queries.jsonl holds every split)."""
-    from dpr.data.beir import read_qrels, read_queries
-
-    queries = read_queries(queries_path)
-    if qrels_path is None:
-        return queries
-    judged = read_qrels(qrels_path)
-    missing = [q for q in judged if q not in queries]
-    if missing:
-        raise DataError(qrels_path, f"{len(missing)} judged queries absent from {queries_path}, e.g. {missing[0]!r}",
-                        field="query-id")
-    return {qid: text for qid, text in queries.items() if qid in judged}
+__all__ = ["dense_retrieve", "encode_questions", "retrieve_split", "retrieve_to_file", "hybrid_retrieve"]
 
 
 def encode_questions(model_path: str | Path, questions: Sequence[str], batch_size: int = 64,
@@ -77,7 +49,6 @@ def retrieve_to_file(retriever: Retriever, output: str | Path | None = None, k: 
     """Any retriever over a question file: ``qa_path`` (``.qa.tsv`` or retriever ``.json``) → DPR results
     JSON with ``has_answer``; BEIR ``queries_path`` (the queries judged in ``qrels_path`` when given) →
     a TREC run. Written to ``output`` when given; returned either way."""
-    from dpr.api import records
     from dpr.data.results import write_results, write_trec_run
 
     if (qa_path is None) == (queries_path is None):
@@ -100,20 +71,11 @@ def retrieve_to_file(retriever: Retriever, output: str | Path | None = None, k: 
     return run
 
 
-def split_questions(ds: Any, split: str) -> dict[str, Path]:
-    """The question file(s) of one split of a prepared dataset (`dpr.data.dataset.DatasetPaths`):
-    ``queries`` + ``qrels`` for qrels data, else ``qa`` (``<split>.qa.tsv``, else ``<split>.json``)."""
-    if ds.kind == "qrels":
-        return {"queries_path": Path(ds.queries), "qrels_path": Path(ds.qrels(split))}
-    qa = Path(ds.qa(split))
-    if not qa.is_file() and (Path(ds.root) / f"{split}.json").is_file():
-        qa = Path(ds.root) / f"{split}.json"  # a dataset with retriever JSON only for this split
-    return {"qa_path": qa}
-
-
-def retrieve_split_with(retriever: Retriever, ds: Any, split: str, output: str | Path, k: int = 100,
-                        match: str = "string") -> Path:
-    """One split of a prepared dataset through any retriever → results JSON or TREC run at ``output``."""
+def retrieve_split(retriever: Retriever, ds: Any, split: str, output: str | Path, k: int = 100,
+                   match: str = "string") -> Path:
+    """One split of a prepared dataset (`dpr.data.dataset.DatasetPaths`) through any retriever (BM25,
+    dense, hybrid): ``<split>.qa.tsv`` (else ``<split>.json``) → results JSON, or the queries judged in
+    ``qrels/<split>.tsv`` → TREC run, at ``output``."""
     retrieve_to_file(retriever, output, k, match=match, **split_questions(ds, split))
     return Path(output)
 
@@ -151,17 +113,6 @@ def dense_retrieve(
                             qrels_path=qrels_path, match=match)
 
 
-def retrieve_split(model_path: str | Path, index_path: str | Path, ds: Any, split: str, output: str | Path,
-                   k: int = 100, batch_size: int = 64, **kwargs: Any) -> Path:
-    """Dense retrieval for one split of a prepared dataset (`dpr.data.dataset.DatasetPaths`), as
-    `dpr.bm25.retrieve_split` does for BM25: ``<split>.qa.tsv`` (else ``<split>.json``) → results JSON,
-    or the queries judged in ``qrels/<split>.tsv`` → TREC run."""
-    match = kwargs.pop("match", "string")
-    passages = None if ds.kind == "qrels" else ds.passages
-    retriever = Retriever.dense(model_path, index_path, passages, batch_size=batch_size, **kwargs)
-    return retrieve_split_with(retriever, ds, split, output, k=k, match=match)
-
-
 def hybrid_retrieve(
     bm25: str | Path,
     dense: str | Path,
@@ -184,7 +135,7 @@ def hybrid_retrieve(
     result files (``bm25_dev``, ``dense_dev``; ``qrels_dev`` for TREC runs). ``fusion="rrf"``:
     reciprocal rank fusion. Returns what was done (``weight`` and the tuning ``table`` for linear).
     """
-    from dpr.fusion import FUSIONS, check_grid, check_k_rrf, check_normalize, check_weight
+    from dpr.retrieval.fusion import FUSIONS, check_grid, check_k_rrf, check_normalize, check_weight
 
     if fusion not in FUSIONS:
         raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")

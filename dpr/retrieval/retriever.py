@@ -11,7 +11,7 @@ adds titles and texts from the passages file. Both take a list of question strin
 question (the result is still one ranked list per question: ``search("q")[0]``). Every argument is
 checked first: a wrong type is a TypeError, a value out of range (``k=0``, ``weight=nan``) a
 ValueError, each one line naming the argument and what it got (`dpr.checks`). The CLI commands, the
-pipeline's retrieval stages and the fusion of result files all go through these classes and `dpr.fusion.fuse_ranked`.
+pipeline's retrieval stages and the fusion of result files all go through these classes and `dpr.retrieval.fusion.fuse_ranked`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from dpr.api.passages import PassageStore
+from dpr.retrieval.passages import PassageStore
 from dpr.checks import (INT32_MAX, MAX_BATCH, MAX_K, MAX_THREADS, check_int, check_max_length, check_optional_int,
                         check_questions)
 from dpr.errors import DataError
@@ -210,14 +210,14 @@ class DenseRetriever(Retriever):
 
 
 class HybridRetriever(Retriever):
-    """Per-question fusion of a BM25 and a dense retriever (`dpr.fusion.fuse_ranked`, the rule that
+    """Per-question fusion of a BM25 and a dense retriever (`dpr.retrieval.fusion.fuse_ranked`, the rule that
     ``dpr-retrieve mode=hybrid`` applies to result files)."""
 
     name = "hybrid"
 
     def __init__(self, bm25: Retriever, dense: Retriever, weight: float | None = None, *, fusion: str = "linear",
                  normalize: str = "minmax", k_rrf: float = 60, depth: int = 100) -> None:
-        from dpr.fusion import FUSIONS, check_k_rrf, check_normalize, check_weight
+        from dpr.retrieval.fusion import FUSIONS, check_k_rrf, check_normalize, check_weight
 
         if fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
@@ -235,7 +235,7 @@ class HybridRetriever(Retriever):
         self.store = dense.store if dense.store is not None else bm25.store
 
     def _search_ids(self, questions: list[str], k: int) -> list[Ranked]:
-        from dpr.fusion import fuse_ranked
+        from dpr.retrieval.fusion import fuse_ranked
 
         depth = max(self.depth, k)
         b = self.bm25_retriever._search_ids(questions, depth)

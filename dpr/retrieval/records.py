@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 if TYPE_CHECKING:
-    from dpr.api.retriever import Hit, Retriever
+    from dpr.retrieval.retriever import Hit, Retriever
 
 log = logging.getLogger(__name__)
 

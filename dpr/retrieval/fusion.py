@@ -196,7 +196,7 @@ def fuse_ranked(bm25_ranked: Sequence[tuple[str, float]], dense_ranked: Sequence
                 normalize: str = "minmax") -> list[tuple[str, float]]:
     """One question's fused top ``k`` as ``(passage id, score)``, best first: linear fusion with
     ``weight``, or reciprocal rank fusion with ``k_rrf`` (exactly one of them). The one fusion rule
-    behind the file functions below and `dpr.api.HybridRetriever`."""
+    behind the file functions below and `dpr.retrieval.HybridRetriever`."""
     how = _check_how(weight, k_rrf, normalize)
     k = check_int("k", k, 1, MAX_K)
     cand = _Candidates(bm25_ranked, dense_ranked, how.get("normalize", "none"))
