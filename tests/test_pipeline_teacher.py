@@ -104,6 +104,8 @@ def test_teacher_pipeline_end_to_end_rerun_and_dependent_stages(tiny_data_dir, t
         assert sysn["k"] == min(int(k) for k, v in sysn["dev"].items() if v["mrr"] == best)
         assert dev["systems"][name]["k"] == sysn["k"]
     assert "teacher" in report["notes"] and report["notes"]["teacher"]["loss"] == "kl_distill"
+    md = (out / "eval" / "report.md").read_text()
+    assert "## Reranking" in md and "| dense+rerank |" in md and "ms per question" in md
     _check_rerank_order(out, tiny_data_dir / "tiny")
     assert TEACHER_STAGES <= _ran(out)
 
@@ -133,6 +135,7 @@ def test_default_pipeline_unchanged_and_distill_false_keeps_the_contrastive_dens
     assert not [n for n in report["systems"] if "rerank" in n]
     assert "rerank" not in report["notes"] and "teacher" not in report["notes"]
     assert not _ran(out) & TEACHER_STAGES and not (out / "teacher").exists() and not (out / "rerank").exists()
+    assert "Reranking" not in (out / "eval" / "report.md").read_text()
     dense = (out / "dense" / "test.json").read_bytes()
 
     # teacher=true with distill=false: the same contrastive training (its stage is up to date), plus reranking
