@@ -134,8 +134,8 @@ def run_pipeline(cfg: DictConfig) -> dict:
     if until not in (None, "train"):
         raise ValueError(f"until must be null (every stage) or train, got {until!r}")
     if cfg.get("teacher"):  # the teacher's settings checked before any stage runs
-        from dpr.rerank.pipeline import stage_config
-        stage_config(cfg)
+        from dpr.rerank.pipeline import check_teacher
+        check_teacher(cfg)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     stages = StageRunner(out / "stages", force=bool(cfg.get("force", False)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,17 @@ def test_default_pipeline_unchanged_and_distill_false_keeps_the_contrastive_dens
     _check_same_keys(report)
     assert report["notes"]["teacher"]["distilled"] is False
 
+    # a given cross-encoder (here the one just trained, named by its training dir) is used as it is
+    given = tmp_path / "given"
+    shutil.copytree(out / "teacher" / "cross_encoder", given / "cross_encoder")
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, "teacher.distill=false",
+                                                                   f"teacher.model={given}"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "teacher_train" not in _timings(out)["seconds"] and {"rerank_dev", "rerank_bm25"} <= _ran(out)
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert report["notes"]["rerank"]["cross_encoder"] == str(given / "cross_encoder")
+    assert report["notes"]["teacher"]["trained_here"] is False
+
 
 def test_teacher_pipeline_on_qrels_data(tiny_model_dir, tmp_path):
     data_dir = tmp_path / "data"
@@ -209,6 +221,13 @@ def test_bad_teacher_settings_are_one_line_errors(tiny_data_dir, tiny_model_dir,
         distill_config(cfg, TeacherStageConfig(loss="softmax_nll"), tmp_path / "s.jsonl")
     with pytest.raises(ValueError, match="teacher_cfg.loss='nothing': no .*known: .*kl_distill"):
         distill_config(cfg, TeacherStageConfig(loss="nothing"), tmp_path / "s.jsonl")
+    from dpr.rerank.pipeline import check_teacher
+
+    with pytest.raises(FileNotFoundError, match="not a cross-encoder directory"):
+        check_teacher(OmegaConf.create({"train": {"rounds": 1}, "teacher_cfg": {"model": str(tmp_path)}}))
+    with pytest.raises(ValueError, match="train.rounds=2"):
+        check_teacher(OmegaConf.create({"train": {"rounds": 2}, "teacher_cfg": {}}))
+    assert check_teacher(OmegaConf.create({"train": {"rounds": 2}, "teacher_cfg": {"distill": False}})).distill is False
     # through the command: refused before any stage runs, one line
     proc = _pipeline(tiny_data_dir, tiny_model_dir, tmp_path / "run", "teacher=true", "teacher.k_grid=[0]")
     assert proc.returncode != 0 and "teacher_cfg.k_grid" in proc.stderr and "Traceback" not in proc.stderr

@@ -50,6 +50,22 @@ def stage_config(cfg: DictConfig) -> TeacherStageConfig:
     return TeacherStageConfig.from_dict(_plain(cfg.get("teacher_cfg")))
 
 
+def check_teacher(cfg: DictConfig) -> TeacherStageConfig:
+    """The teacher settings, checked before any stage runs: ranges, the distillation loss, a given
+    cross-encoder directory, and train.rounds (re-mined rounds' training files have no teacher scores)."""
+    tcfg = stage_config(cfg)
+    if tcfg.needs_scores and int(cfg.train.get("rounds", 1)) > 1:
+        raise ValueError(f"teacher_cfg.distill/denoise with train.rounds={cfg.train.rounds}: the re-mined rounds' "
+                         "training files have no teacher scores; use train.rounds=1 or teacher_cfg.distill=false")
+    if tcfg.model:
+        from dpr.rerank.model import resolve_dir
+
+        resolve_dir(tcfg.model)  # one line when it is not a cross-encoder directory
+    if tcfg.distill:
+        _distill_loss(tcfg)
+    return tcfg
+
+
 @dataclass
 class TeacherRun:
     """What the pipeline's training and rerank stages take from the teacher stages."""
@@ -90,11 +106,8 @@ class _Texts:
 
 def run_teacher(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunner, bm25_dev: Path) -> TeacherRun:
     """The ``teacher_train`` and ``teacher_scores`` stages; returns the config the dense model trains with."""
-    tcfg = stage_config(cfg)
+    tcfg = check_teacher(cfg)
     rcfg = tcfg.rerank
-    if tcfg.needs_scores and int(cfg.train.get("rounds", 1)) > 1:
-        raise ValueError(f"teacher_cfg.distill/denoise with train.rounds={cfg.train.rounds}: the re-mined rounds' "
-                         "training files have no teacher scores; use train.rounds=1 or teacher_cfg.distill=false")
     texts = _Texts(ds)
     if tcfg.model:
         from dpr.rerank.model import resolve_dir
@@ -164,26 +177,31 @@ def score_training_candidates(teacher_dir: Path, train_json: Path, scores: Path,
 def distill_config(cfg: DictConfig, tcfg: TeacherStageConfig, scores: Path) -> DictConfig:
     """``cfg`` with the training reading ``scores``: the ``loss`` group replaced by ``teacher_cfg.loss``
     (+ ``loss_args``) when distilling, and the teacher's denoising settings."""
-    from dpr.losses import build_loss
-    from dpr.resources import conf_dir
-
     new = copy.deepcopy(cfg)
     OmegaConf.set_struct(new, False)
     if tcfg.distill:
-        path = conf_dir() / "loss" / f"{tcfg.loss}.yaml"
-        if not path.is_file():
-            known = sorted(p.stem for p in (conf_dir() / "loss").glob("*.yaml"))
-            raise ValueError(f"teacher_cfg.loss={tcfg.loss!r}: no {path}; known: {', '.join(known)}")
-        loss = OmegaConf.merge(OmegaConf.load(path), OmegaConf.create(dict(tcfg.loss_args)))
-        built = build_loss(_plain(loss))
-        if getattr(built, "teacher", None) != "scores":
-            raise ValueError(f"teacher_cfg.loss={tcfg.loss!r} does not learn from a teacher's scores "
-                             "(its class declares no teacher = \"scores\"); use kl_distill or margin_mse")
-        new.loss = loss
+        new.loss = _distill_loss(tcfg)
     new.train.teacher_scores = str(scores)
     new.train.teacher_denoise = bool(tcfg.denoise)
     new.train.teacher_denoise_margin = float(tcfg.denoise_margin)
     return new
+
+
+def _distill_loss(tcfg: TeacherStageConfig) -> DictConfig:
+    """``conf/loss/<teacher_cfg.loss>.yaml`` with ``loss_args`` merged in; refused unless it learns from scores."""
+    from dpr.losses import build_loss
+    from dpr.resources import conf_dir
+
+    path = conf_dir() / "loss" / f"{tcfg.loss}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (conf_dir() / "loss").glob("*.yaml"))
+        raise ValueError(f"teacher_cfg.loss={tcfg.loss!r}: no {path}; known: {', '.join(known)}")
+    loss = OmegaConf.merge(OmegaConf.load(path), OmegaConf.create(dict(tcfg.loss_args)))
+    built = build_loss(_plain(loss))
+    if getattr(built, "teacher", None) != "scores":
+        raise ValueError(f"teacher_cfg.loss={tcfg.loss!r} does not learn from a teacher's scores "
+                         "(its class declares no teacher = \"scores\"); use kl_distill or margin_mse")
+    return loss
 
 
 def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunner, teacher: TeacherRun,
