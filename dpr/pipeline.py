@@ -2,7 +2,8 @@
 
 Every stage is a call into a plain module function; `StageRunner` skips stages whose outputs are
 already there and up to date. The result is one report with BM25, the untrained model, the trained
-model and the hybrid side by side.
+model and the hybrid side by side (``teacher=true``: a cross-encoder teacher, the dense model distilled
+from it, and each first stage reranked by it: `dpr.rerank.pipeline`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -59,7 +60,7 @@ def _dataset(cfg: DictConfig) -> DatasetPaths:
 
 
 def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: Path, stages: StageRunner,
-                       extra_inputs: list[Path] = ()) -> None:
+                       extra_inputs: Sequence[Path] = ()) -> None:
     """Train ``train.rounds`` times: round 1 on the dataset's (BM25-mined) training file; each later round
     continues from the previous round's model, on negatives re-mined from that model's own index
     (:mod:`dpr.remine`, ANCE-style). The last round's model is ``model_dir``; earlier ones live in

@@ -261,7 +261,8 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
         json_out, trec_out, stats_file = sdir / "test.json", sdir / "test.trec", sdir / "stats.json"
         test = Path(first[name]["test"])
 
-        def rerank_test(test=test, k=k, json_out=json_out, trec_out=trec_out, stats_file=stats_file) -> None:
+        def rerank_test(name=name, test=test, k=k, json_out=json_out, trec_out=trec_out,
+                        stats_file=stats_file) -> None:
             from dpr.rerank.model import load_cross_encoder
             from dpr.rerank.runs import timed_rerank, write_reranked
 
