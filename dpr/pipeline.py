@@ -2,7 +2,8 @@
 
 Every stage is a call into a plain module function; `StageRunner` skips stages whose outputs are
 already there and up to date. The result is one report with BM25, the untrained model, the trained
-model and the hybrid side by side.
+model and the hybrid side by side (``teacher=true``: a cross-encoder teacher, the dense model distilled
+from it, and each first stage reranked by it: `dpr.rerank.pipeline`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -60,11 +61,12 @@ def _dataset(cfg: DictConfig) -> DatasetPaths:
                                         force=bool(cfg.get("force", False))))
 
 
-def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: Path, stages: StageRunner) -> None:
+def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: Path, stages: StageRunner,
+                       extra_inputs: Sequence[Path] = ()) -> None:
     """Train ``train.rounds`` times: round 1 on the dataset's (BM25-mined) training file; each later round
     continues from the previous round's model, on negatives re-mined from that model's own index
     (:mod:`dpr.remine`, ANCE-style). The last round's model is ``model_dir``; earlier ones live in
-    ``<output_dir>/rounds/round<r>/``."""
+    ``<output_dir>/rounds/round<r>/``. ``extra_inputs``: more files the training reads (teacher scores)."""
     rounds = int(cfg.train.get("rounds", 1))
     prev_model: Path | None = None
     for r in range(1, rounds + 1):
@@ -100,7 +102,7 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
             "train" if rounds == 1 else f"train_round{r}",
             lambda tc=train_cfg, se=start_emb, ee=export_emb: _train_reusing_vectors(cfg, ds, tc, se, ee),
             outputs=[mdir / "biencoder.json", mdir / "passage_encoder"],
-            inputs=[train_file, ds.dev, ds.passages, start_emb], params=_plain(train_cfg),
+            inputs=[train_file, ds.dev, ds.passages, start_emb, *extra_inputs], params=_plain(train_cfg),
         )
         if r < rounds:  # the round's own index, to mine the next round's negatives from
             emb, idx = rdir / "embeddings", rdir / "index.faiss"
@@ -134,6 +136,9 @@ def run_pipeline(cfg: DictConfig) -> dict:
     until = cfg.get("until")
     if until not in (None, "train"):
         raise ValueError(f"until must be null (every stage) or train, got {until!r}")
+    if cfg.get("teacher"):  # the teacher's settings checked before any stage runs
+        from dpr.rerank.pipeline import check_teacher
+        check_teacher(cfg)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     stages = StageRunner(out / "stages", force=bool(cfg.get("force", False)))
@@ -224,7 +229,12 @@ def run_pipeline(cfg: DictConfig) -> dict:
     systems["dense_untrained"] = dense_system(
         "dense_untrained", str(untrained_dir), [untrained_dir / "biencoder.json"])
 
-    train_model_rounds(cfg, ds, out, model_dir, stages)
+    teacher = None
+    if cfg.get("teacher"):  # issue 25: the cross-encoder teacher, its scores, the distilled training
+        from dpr.rerank.pipeline import run_teacher
+        teacher = run_teacher(cfg, ds, out, stages, bm25_dev)
+    train_model_rounds(teacher.train_cfg if teacher else cfg, ds, out, model_dir, stages,
+                       teacher.train_inputs if teacher else [])
     if until == "train":  # a dev-only run (ablations): the trained model never meets the test split
         return _finish(out, stages, start, {"until": "train", "model": str(model_dir),
                                             "train_summary": str(model_dir / "train_summary.json")})
@@ -259,6 +269,11 @@ def run_pipeline(cfg: DictConfig) -> dict:
         "hybrid": hybrid_test,
         "hybrid_rrf": rrf_test,
     }
+    if teacher is not None:  # bm25/dense/hybrid+rerank: each first stage's top K reranked by the teacher
+        from dpr.rerank.pipeline import rerank_stages
+        first = {"bm25": {"dev": bm25_dev, "test": bm25_test}, "dense": systems["dense"], "hybrid": {"test": hybrid_test}}
+        rerank_runs, rerank_notes = rerank_stages(cfg, ds, out, stages, teacher, first, tuning_file)
+        runs.update(rerank_runs)
     tuning = json.loads(tuning_file.read_text())
     notes = {
         "dataset": cfg.data.name,
@@ -267,6 +282,8 @@ def run_pipeline(cfg: DictConfig) -> dict:
         "model": cfg.model.name,
         "stage_seconds": {k: round(v, 1) for k, v in stages.timings.items()},
     }
+    if teacher is not None:
+        notes.update(teacher=teacher.notes, rerank=rerank_notes)
     summary_file = model_dir / "train_summary.json"
     if summary_file.is_file():
         summary = json.loads(summary_file.read_text())

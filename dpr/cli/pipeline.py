@@ -1,4 +1,7 @@
-"""`dpr-pipeline data=<name> data_dir=<dir> output_dir=<dir>`: the whole flow, one report."""
+"""`dpr-pipeline data=<name> data_dir=<dir> output_dir=<dir>`: the whole flow, one report.
+
+``teacher.<key>=v`` is read as ``teacher_cfg.<key>=v`` (``teacher`` itself is the on/off switch).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,21 @@ from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, report_errors
+from dpr.rerank.stage_config import register_schema as register_teacher_schema
 from dpr.training.config import register_schema
 
 register_schema()  # train/schema: conf/train/*.yaml extend the TrainConfig dataclass
+register_teacher_schema()  # teacher_cfg/schema: the TeacherStageConfig dataclass
+
+
+def teacher_overrides(argv: list[str]) -> list[str]:
+    """``teacher.model=X`` → ``teacher_cfg.model=X`` (also with Hydra's ``+``/``++``/``~`` prefixes)."""
+    out = []
+    for arg in argv:
+        head = len(arg) - len(arg.lstrip("+~"))
+        out.append(arg[:head] + "teacher_cfg." + arg[head + len("teacher."):]
+                   if arg[head:].startswith("teacher.") else arg)
+    return out
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="pipeline")
@@ -23,7 +38,7 @@ def _run(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    sys.argv = hydra_argv(sys.argv)  # overrides and Hydra's flags in any order
+    sys.argv = hydra_argv(teacher_overrides(sys.argv))  # teacher.X, and Hydra's flags in any order
     _run()
 
 

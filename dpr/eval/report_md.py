@@ -77,6 +77,7 @@ def render_qa_markdown(report: Mapping[str, Any]) -> str:
         lines += _table(["A", "B", "both", "only A", "only B", "neither"], rows)
     if "reader" in report:
         lines += render_reader_section(report)
+    lines += render_rerank_section(report)
     lines += _notes(report.get("notes", {}))
     lines += ["", "![top-k accuracy](topk.png)", ""]
     return "\n".join(lines)
@@ -109,6 +110,25 @@ def render_reader_section(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def render_rerank_section(report: Mapping[str, Any]) -> list[str]:
+    """The cross-encoder's depth K per first stage (chosen on dev), the dev figure at each K and the
+    reranking time (``notes["rerank"]``, written by `dpr.rerank.pipeline`); nothing without it."""
+    rerank = report.get("notes", {}).get("rerank")
+    if not rerank:
+        return []
+    metric = str(rerank["metric"]).split(" ")[0]
+    lines = ["", "## Reranking (cross-encoder)", "",
+             f"Each first stage's top K reordered by the cross-encoder, K chosen by dev {metric} "
+             f"(ties to the smaller K); the passages below K keep the first stage's order.", ""]
+    rows = []
+    for name, r in rerank["systems"].items():
+        per_k = ", ".join(f"{k}: {_pct(v[metric])}" for k, v in r["dev"].items())
+        rows.append([name, str(r["k"]), _pct(r["dev_first_stage"][metric]), per_k,
+                     f"{1000.0 * r['seconds_per_question']:.1f}"])
+    lines += _table(["system", "K", f"dev {metric} before", f"dev {metric} by K", "ms per question (test)"], rows)
+    return lines
+
+
 def render_qrels_markdown(report: Mapping[str, Any]) -> str:
     metrics = report["metrics"]
     lines = [
@@ -132,6 +152,7 @@ def render_qrels_markdown(report: Mapping[str, Any]) -> str:
                 rows.append([comp["a"], comp["b"], m, f"{100.0 * c['delta']:+.1f}",
                              _p(c["p_bootstrap"]), _p(c["p_sign"])])
         lines += _table(["A", "B", "metric", "Δ", "p (bootstrap)", "p (sign)"], rows)
+    lines += render_rerank_section(report)
     lines += _notes(report.get("notes", {}))
     lines += ["", "![Recall@k](topk.png)", ""]
     return "\n".join(lines)

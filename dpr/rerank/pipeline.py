@@ -1,0 +1,285 @@
+"""The cross-encoder teacher inside ``dpr-pipeline … teacher=true``: train it, score the training
+candidates with it, distil the dual encoder from those scores, and rerank each first stage's top K.
+
+Stages (the pipeline's :class:`~dpr.stages.StageRunner`: skipped when up to date), in run order:
+
+- ``teacher_train`` → ``<out>/teacher/cross_encoder/`` (`dpr.rerank.train`), validated by reranking
+  BM25's dev top ``teacher_cfg.rerank.score.k``; skipped altogether when ``teacher_cfg.model`` names a
+  trained cross-encoder.
+- ``teacher_scores`` → ``<out>/teacher/teacher_scores.jsonl`` + ``.json`` manifest
+  (`dpr.training.teacher_scores.score_candidates`), only when distilling or denoising. The file lives
+  under the run, not beside the data: runs with different teachers share a prepared dataset, and a
+  scores file beside it would be stale for all but one. It runs after ``bm25_mine``, which rewrites
+  train.json in place, so both the stage's fingerprint and the manifest's sha256 are of the mined file.
+- the pipeline's ``train`` then distils (``teacher_cfg.loss`` replaces the ``loss`` group,
+  ``train.teacher_scores`` points at the file, the file is one of the stage's inputs).
+- ``rerank_hybrid_dev`` (the hybrid's dev lists, fused with the dev-tuned weight), ``rerank_dev`` (every
+  depth of ``teacher_cfg.k_grid`` for every first stage on dev → ``<out>/rerank/dev.json``; K = the best
+  dev MRR (QA) / nDCG@10 (qrels), ties to the smaller K) and ``rerank_<system>`` for bm25, dense and
+  hybrid (→ ``<out>/rerank/<system>/test.json`` in DPR's results format, ``test.trec`` on qrels data,
+  ``stats.json`` with the seconds per question).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from dpr.atomic import write_json_atomic
+from dpr.data.dataset import DatasetPaths
+from dpr.rerank.stage_config import TeacherStageConfig
+from dpr.stages import StageRunner
+
+log = logging.getLogger(__name__)
+
+FIRST_STAGES = ("bm25", "dense", "hybrid")
+SUFFIX = "+rerank"
+
+
+def _plain(cfg: Any) -> Any:
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def stage_config(cfg: DictConfig) -> TeacherStageConfig:
+    return TeacherStageConfig.from_dict(_plain(cfg.get("teacher_cfg")))
+
+
+def check_teacher(cfg: DictConfig) -> TeacherStageConfig:
+    """The teacher settings, checked before any stage runs: ranges, the distillation loss, a given
+    cross-encoder directory, and train.rounds (re-mined rounds' training files have no teacher scores)."""
+    tcfg = stage_config(cfg)
+    if tcfg.needs_scores and int(cfg.train.get("rounds", 1)) > 1:
+        raise ValueError(f"teacher_cfg.distill/denoise with train.rounds={cfg.train.rounds}: the re-mined rounds' "
+                         "training files have no teacher scores; use train.rounds=1 or teacher_cfg.distill=false")
+    if tcfg.model:
+        from dpr.rerank.model import resolve_dir
+
+        resolve_dir(tcfg.model)  # one line when it is not a cross-encoder directory
+    if tcfg.distill:
+        _distill_loss(tcfg)
+    return tcfg
+
+
+@dataclass
+class TeacherRun:
+    """What the pipeline's training and rerank stages take from the teacher stages."""
+
+    teacher_dir: Path                  # the cross-encoder directory
+    train_cfg: DictConfig              # the pipeline config the dense training runs with
+    train_inputs: list[Path] = field(default_factory=list)  # extra inputs of the train stage (the scores file)
+    notes: dict = field(default_factory=dict)
+
+
+def _dev_qrels(ds: DatasetPaths, split: str) -> dict | None:
+    if ds.kind != "qrels":
+        return None
+    from dpr.data.beir import read_qrels
+
+    return read_qrels(ds.qrels(split))
+
+
+class _Texts:
+    """Query and passage texts, loaded once and only where a TREC run has to be turned into records."""
+
+    def __init__(self, ds: DatasetPaths) -> None:
+        self.ds, self._q, self._p = ds, None, None
+
+    def records(self, path: Path) -> list[dict]:
+        from dpr.rerank.runs import first_stage_records
+
+        if path.suffix == ".trec" and self._q is None:
+            from dpr.data.beir import read_queries
+            from dpr.data.passages import PassageLookup
+
+            self._q, self._p = read_queries(self.ds.queries), PassageLookup.from_file(self.ds.passages)
+        return first_stage_records(path, self._q, self._p)
+
+    def inputs(self) -> list[Path]:
+        return [self.ds.queries, self.ds.passages] if self.ds.kind == "qrels" else []
+
+
+def run_teacher(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunner, bm25_dev: Path) -> TeacherRun:
+    """The ``teacher_train`` and ``teacher_scores`` stages; returns the config the dense model trains with."""
+    tcfg = check_teacher(cfg)
+    rcfg = tcfg.rerank
+    texts = _Texts(ds)
+    if tcfg.model:
+        from dpr.rerank.model import resolve_dir
+
+        teacher_dir = resolve_dir(tcfg.model)  # one line when it is not a cross-encoder directory
+    else:
+        from dpr.rerank.train import train_cross_encoder
+
+        tout = out / "teacher"
+        teacher_dir = tout / "cross_encoder"
+        stages.run(
+            "teacher_train",
+            lambda: train_cross_encoder(rcfg, ds.train, tout, dev=texts.records(bm25_dev),
+                                        dev_qrels=_dev_qrels(ds, "dev")),
+            outputs=[teacher_dir / "cross_encoder.json"],
+            inputs=[ds.train, bm25_dev, *texts.inputs(), *([ds.qrels("dev")] if ds.kind == "qrels" else [])],
+            params={"rerank": rcfg.as_dict()},
+        )
+    notes: dict = {"cross_encoder": str(teacher_dir), "trained_here": not tcfg.model, "distilled": tcfg.distill,
+                   "loss": tcfg.loss if tcfg.distill else None, "denoise": tcfg.denoise}
+    if not tcfg.needs_scores:
+        return TeacherRun(teacher_dir, cfg, [], notes)
+
+    from dpr.training.teacher_scores import SCORES_FILE, manifest_path
+
+    scores = out / "teacher" / SCORES_FILE
+    stages.run(
+        "teacher_scores", lambda: score_training_candidates(teacher_dir, ds.train, scores, tcfg),
+        outputs=[scores, manifest_path(scores)], inputs=[ds.train, teacher_dir],
+        params={"max_negatives": tcfg.max_negatives, "precision": rcfg.score.precision},
+    )
+    notes["scores"] = str(scores)
+    if tcfg.denoise:
+        notes["denoise_margin"] = tcfg.denoise_margin
+    return TeacherRun(teacher_dir, distill_config(cfg, tcfg, scores), [scores], notes)
+
+
+def score_training_candidates(teacher_dir: Path, train_json: Path, scores: Path, tcfg: TeacherStageConfig) -> dict:
+    """``score_candidates`` with the cross-encoder as the scorer. The stage only runs when something it
+    depends on changed, so a finished file made for another teacher or data is rescored, not refused."""
+    from dpr.errors import DataError
+    from dpr.index.fingerprint import model_fingerprint
+    from dpr.rerank.model import document_text, load_cross_encoder
+    from dpr.rerank.score import precision_context, score_pairs
+    from dpr.training.teacher_scores import score_candidates
+
+    model, tok, settings = load_cross_encoder(teacher_dir)
+    s = tcfg.rerank.score
+    _, precision = precision_context(s.precision)
+    fingerprint = f"cross-encoder:{model_fingerprint(teacher_dir)}:{precision}"
+
+    def scorer(questions, ctxs):
+        docs = [document_text(c.get("title") or "", c["text"], tok, bool(settings["title"])) for c in ctxs]
+        return score_pairs(model, tok, questions, docs, batch_size=s.batch_size, autocast=s.precision,
+                           max_length=int(settings["max_length"])).tolist()
+
+    kwargs = dict(teacher_fingerprint=fingerprint, max_negatives=tcfg.max_negatives, chunk_size=tcfg.chunk_size)
+    try:
+        return score_candidates(scorer, train_json, scores, **kwargs)
+    except DataError as err:
+        if err.field not in ("teacher", "data", "candidates"):
+            raise
+        log.info("%s: %s; rescoring", scores, err.message)
+        return score_candidates(scorer, train_json, scores, overwrite=True, **kwargs)
+
+
+def distill_config(cfg: DictConfig, tcfg: TeacherStageConfig, scores: Path) -> DictConfig:
+    """``cfg`` with the training reading ``scores``: the ``loss`` group replaced by ``teacher_cfg.loss``
+    (+ ``loss_args``) when distilling, and the teacher's denoising settings."""
+    new = copy.deepcopy(cfg)
+    OmegaConf.set_struct(new, False)
+    if tcfg.distill:
+        new.loss = _distill_loss(tcfg)
+    new.train.teacher_scores = str(scores)
+    new.train.teacher_denoise = bool(tcfg.denoise)
+    new.train.teacher_denoise_margin = float(tcfg.denoise_margin)
+    return new
+
+
+def _distill_loss(tcfg: TeacherStageConfig) -> DictConfig:
+    """``conf/loss/<teacher_cfg.loss>.yaml`` with ``loss_args`` merged in; refused unless it learns from scores."""
+    from dpr.losses import build_loss
+    from dpr.resources import conf_dir
+
+    path = conf_dir() / "loss" / f"{tcfg.loss}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (conf_dir() / "loss").glob("*.yaml"))
+        raise ValueError(f"teacher_cfg.loss={tcfg.loss!r}: no {path}; known: {', '.join(known)}")
+    loss = OmegaConf.merge(OmegaConf.load(path), OmegaConf.create(dict(tcfg.loss_args)))
+    built = build_loss(_plain(loss))
+    if getattr(built, "teacher", None) != "scores":
+        raise ValueError(f"teacher_cfg.loss={tcfg.loss!r} does not learn from a teacher's scores "
+                         "(its class declares no teacher = \"scores\"); use kl_distill or margin_mse")
+    return loss
+
+
+def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunner, teacher: TeacherRun,
+                  first: Mapping[str, Mapping[str, Path]], tuning_file: Path) -> tuple[dict[str, Path], dict]:
+    """Rerank bm25, dense and hybrid (``first[name] = {"dev": path, "test": path}``, hybrid without dev);
+    returns the report's runs ``{"<name>+rerank": test file}`` and the notes (choice of K, dev figures,
+    seconds per question)."""
+    from dpr.retrieval.fusion import fuse_linear
+
+    tcfg = stage_config(cfg)
+    s = tcfg.rerank.score
+    qrels_data = ds.kind == "qrels"
+    ext = ".trec" if qrels_data else ".json"
+    rdir = out / "rerank"
+    texts = _Texts(ds)
+    tdir = teacher.teacher_dir
+    dev = {name: Path(first[name]["dev"]) for name in ("bm25", "dense")}
+    dev["hybrid"] = rdir / f"hybrid_dev{ext}"
+    stages.run(
+        "rerank_hybrid_dev",
+        lambda: fuse_linear(dev["bm25"], dev["dense"], json.loads(tuning_file.read_text())["weight"], dev["hybrid"],
+                            k=cfg.retrieve.k, normalize=cfg.hybrid.normalize),
+        outputs=[dev["hybrid"]], inputs=[dev["bm25"], dev["dense"], tuning_file],
+        params={"k": cfg.retrieve.k, "normalize": cfg.hybrid.normalize},
+    )
+    metric = "ndcg@10" if qrels_data else "mrr"
+    choice_file = rdir / "dev.json"
+    score_params = {"precision": s.precision}  # the batch size changes the speed, not the scores
+
+    def choose() -> None:
+        from dpr.rerank.model import load_cross_encoder
+        from dpr.rerank.runs import choose_k, pair_scores, reranked
+        from dpr.rerank.validate import results_metrics
+
+        model, tok, settings = load_cross_encoder(tdir)
+        qrels = _dev_qrels(ds, "dev")
+        records = {name: texts.records(dev[name]) for name in FIRST_STAGES}
+        scores = pair_scores(model, tok, settings, list(records.values()), max(tcfg.k_grid),
+                             batch_size=s.batch_size, precision=s.precision)  # one score per distinct pair
+        body: dict = {"metric": metric, "k_grid": list(tcfg.k_grid), "systems": {}}
+        for name, recs in records.items():
+            per_k = {k: results_metrics(reranked(recs, scores, k), qrels) for k in tcfg.k_grid}
+            body["systems"][name] = {"k": choose_k(per_k, metric), "first_stage": results_metrics(recs, qrels),
+                                     "dev": {str(k): v for k, v in per_k.items()}}
+        write_json_atomic(choice_file, body)
+
+    stages.run("rerank_dev", choose, outputs=[choice_file],
+               inputs=[*dev.values(), tdir, *texts.inputs(), *([ds.qrels("dev")] if qrels_data else [])],
+               params={"k_grid": list(tcfg.k_grid), **score_params})
+    choice = json.loads(choice_file.read_text())
+    runs: dict[str, Path] = {}
+    notes: dict = {"metric": f"{metric} on dev", "k_grid": list(tcfg.k_grid), "cross_encoder": str(tdir),
+                   "systems": {}}
+    for name in FIRST_STAGES:
+        k = int(choice["systems"][name]["k"])
+        sdir = rdir / name
+        json_out, trec_out, stats_file = sdir / "test.json", sdir / "test.trec", sdir / "stats.json"
+        test = Path(first[name]["test"])
+
+        def rerank_test(name=name, test=test, k=k, json_out=json_out, trec_out=trec_out,
+                        stats_file=stats_file) -> None:
+            from dpr.rerank.model import load_cross_encoder
+            from dpr.rerank.runs import timed_rerank, write_reranked
+
+            model, tok, settings = load_cross_encoder(tdir)
+            recs, stats = timed_rerank(model, tok, settings, texts.records(test), k, batch_size=s.batch_size,
+                                       precision=s.precision)
+            write_reranked(recs, json_out, trec_out if qrels_data else None, tag=f"{name}_rerank{k}")
+            write_json_atomic(stats_file, {**stats, "first_stage": str(test)})
+
+        outputs = [json_out, stats_file, *([trec_out] if qrels_data else [])]
+        stages.run(f"rerank_{name}", rerank_test, outputs=outputs, inputs=[test, tdir, *texts.inputs()],
+                   params={"k": k, **score_params})
+        stats = json.loads(stats_file.read_text())
+        runs[name + SUFFIX] = trec_out if qrels_data else json_out
+        sysc = choice["systems"][name]
+        notes["systems"][name + SUFFIX] = {
+            "first_stage": name, "k": k, "dev": sysc["dev"], "dev_first_stage": sysc["first_stage"],
+            "seconds_per_question": stats["seconds_per_question"], "seconds": stats["seconds"],
+            "questions": stats["questions"]}
+    return runs, notes

@@ -1,0 +1,119 @@
+"""A first stage's ranked lists reranked by the cross-encoder, as the pipeline's rerank stages use them.
+
+- :func:`first_stage_records`: DPR results records of a results JSON, or of a TREC run (qrels data: the
+  query texts from queries.jsonl, the passage texts from passages.tsv, ``query_id`` kept), ranked.
+- :func:`pair_scores`: the cross-encoder's logit of every distinct (question, passage id) pair in the top
+  ``depth`` of several systems' lists, scored once (first stages share most of their top passages).
+- :func:`reranked`: each list's top ``k`` ordered by those logits (best first; equal logits keep the first
+  stage's order: `dpr.rerank.score.rerank_results`' rule and fields), followed by the rest of the first
+  stage's list as it was, so every depth of the report compares the same passages (Recall@k for k >= K is
+  the first stage's; reranking only moves passages inside the top K).
+- :func:`write_reranked`: the DPR results JSON and, for qrels data, the TREC run the report reads (its
+  scores strictly decrease with the new rank: trec_eval orders by score).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from dpr.rerank.model import document_text
+from dpr.rerank.score import score_pairs
+
+PairScores = dict[tuple[str, str], float]
+
+
+def first_stage_records(path: str | Path, queries: Mapping[str, str] | None = None,
+                        passages: Any = None) -> list[dict]:
+    """The records of a results JSON, or of a TREC run (``queries``: id -> text, ``passages``: a
+    `dpr.data.passages.PassageLookup`), each list in rank order."""
+    from dpr.data.results import read_results, read_trec_run
+
+    path = Path(path)
+    if path.suffix != ".trec":
+        return read_results(path)
+    if queries is None or passages is None:
+        raise ValueError(f"{path}: a TREC run needs the query texts and the passages to be reranked")
+    records = []
+    for qid, docs in read_trec_run(path).items():
+        if qid not in queries:
+            raise ValueError(f"{path}: query {qid!r} is not in the queries file")
+        ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))  # write_trec_run's order
+        ctxs = []
+        for pid, score in ranked:
+            if pid not in passages:
+                raise ValueError(f"{path}: passage {pid!r} of query {qid!r} is not in the passages file")
+            row = passages[pid]
+            ctxs.append({"id": pid, "title": row.get("title") or "", "text": row["text"], "score": float(score)})
+        records.append({"question": queries[qid], "answers": [], "query_id": qid, "ctxs": ctxs})
+    return records
+
+
+def pair_scores(model: torch.nn.Module, tokenizer: Any, settings: Mapping[str, Any],
+                lists: Sequence[Sequence[Mapping[str, Any]]], depth: int, batch_size: int = 32,
+                precision: str = "auto", known: PairScores | None = None) -> PairScores:
+    """``{(question, passage id): logit}`` for every pair in the top ``depth`` of each records list
+    (pairs already in ``known`` are not scored again)."""
+    scores: PairScores = dict(known or {})
+    todo: dict[tuple[str, str], str] = {}
+    for records in lists:
+        for rec in records:
+            for ctx in rec["ctxs"][:depth]:
+                key = (rec["question"], str(ctx["id"]))
+                if key not in scores and key not in todo:
+                    todo[key] = document_text(ctx["title"], ctx["text"], tokenizer, bool(settings["title"]))
+    if todo:
+        keys = list(todo)
+        logits = score_pairs(model, tokenizer, [q for q, _ in keys], [todo[k] for k in keys], batch_size=batch_size,
+                             autocast=precision, max_length=int(settings["max_length"])).tolist()
+        scores.update(zip(keys, logits))
+    return scores
+
+
+def reranked(records: Sequence[Mapping[str, Any]], scores: PairScores, k: int) -> list[dict]:
+    """Each record's top ``k`` by the cross-encoder's logit, then its remaining ctxs in the first stage's order."""
+    out = []
+    for rec in records:
+        ctxs = list(rec["ctxs"])
+        head = [scores[(rec["question"], str(c["id"]))] for c in ctxs[:k]]
+        order = sorted(range(len(head)), key=lambda j: (-head[j], j))
+        top = [{**ctxs[j], "score": head[j], "first_stage_score": ctxs[j]["score"], "first_stage_rank": j}
+               for j in order]
+        tail = [{**c, "first_stage_score": c["score"], "first_stage_rank": j} for j, c in enumerate(ctxs[k:], k)]
+        out.append({**rec, "ctxs": top + tail})
+    return out
+
+
+def timed_rerank(model: torch.nn.Module, tokenizer: Any, settings: Mapping[str, Any],
+                 records: Sequence[Mapping[str, Any]], k: int, batch_size: int = 32,
+                 precision: str = "auto") -> tuple[list[dict], dict]:
+    """:func:`reranked` of one system scored on its own, and the seconds it took (per question too)."""
+    t0 = time.perf_counter()
+    scores = pair_scores(model, tokenizer, settings, [records], k, batch_size=batch_size, precision=precision)
+    out = reranked(records, scores, k)
+    seconds = time.perf_counter() - t0
+    n = max(1, len(records))
+    return out, {"k": k, "questions": len(records), "pairs": len(scores), "seconds": round(seconds, 3),
+                 "seconds_per_question": round(seconds / n, 5)}
+
+
+def write_reranked(records: Sequence[Mapping[str, Any]], json_path: str | Path, trec_path: str | Path | None = None,
+                   tag: str = "rerank") -> None:
+    """The DPR results JSON; with ``trec_path`` also a TREC run whose scores follow the list order."""
+    from dpr.data.results import write_results, write_trec_run
+
+    if trec_path is not None:
+        run = {}
+        for rec in records:
+            n = len(rec["ctxs"])
+            run[str(rec["query_id"])] = {str(c["id"]): float(n - j) for j, c in enumerate(rec["ctxs"])}
+        write_trec_run(trec_path, run, tag=tag)
+    write_results(json_path, records)
+
+
+def choose_k(per_k: Mapping[int, Mapping[str, float]], metric: str) -> int:
+    """The depth with the best dev ``metric``; ties go to the smallest depth (the cheapest to rerank)."""
+    return min(per_k, key=lambda k: (-per_k[k][metric], k))

@@ -1,0 +1,66 @@
+"""The settings of ``dpr-pipeline … teacher=true`` (`dpr.rerank.pipeline`): one dataclass, the one source of
+defaults, registered in Hydra's ConfigStore as the ``teacher_cfg/schema`` option that ``conf/pipeline.yaml``
+selects (``teacher: false`` is the switch, ``teacher_cfg.*`` the settings: the reader's pattern, since a
+config group named ``teacher`` would make Hydra read ``teacher=true`` as a group choice). ``dpr-pipeline``
+also takes ``teacher.<key>=`` for ``teacher_cfg.<key>=``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping
+
+from dpr.config import strict_from_dict
+from dpr.rerank.config import RerankConfig
+
+DEFAULT_K_GRID = (20, 50, 100)
+
+
+@dataclass
+class TeacherStageConfig:
+    model: str = ""                    # a trained cross-encoder dir to use as it is ("": train one on the run's train.json)
+    rerank: RerankConfig = field(default_factory=RerankConfig)  # the cross-encoder's training and scoring (dpr/rerank/config.py)
+    k_grid: List[int] = field(default_factory=lambda: list(DEFAULT_K_GRID))  # rerank depths tried on dev per first stage
+    distill: bool = True               # the report's dense model is distilled from the teacher's scores (false: contrastive)
+    loss: str = "kl_distill"           # conf/loss/<name>.yaml for the distilled training (a loss with teacher = "scores")
+    loss_args: Dict[str, Any] = field(default_factory=dict)  # overrides of that loss's keys, e.g. {nll_weight: 0.1}
+    denoise: bool = False              # drop mined negatives the teacher scores above (positive - denoise_margin)
+    denoise_margin: float = 0.0
+    max_negatives: int = 0             # candidates the teacher scores per question: positives + the first N negatives (0: all)
+    chunk_size: int = 512              # questions per resumable scoring chunk (does not change the scores)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "TeacherStageConfig":
+        d = dict(d or {})
+        rerank = RerankConfig.from_dict(dict(d.pop("rerank", None) or {}))
+        cfg = strict_from_dict(cls, {**d, "rerank": rerank}, "teacher_cfg")
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        """One-line ValueError naming the first key out of its range."""
+        grid = list(self.k_grid)
+        if not grid or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in grid):
+            raise ValueError(f"teacher_cfg.k_grid={grid!r}: must be a non-empty list of integers >= 1")
+        if len(set(grid)) != len(grid):
+            raise ValueError(f"teacher_cfg.k_grid={grid!r}: a depth is listed twice")
+        if not (isinstance(self.denoise_margin, (int, float)) and self.denoise_margin >= 0):
+            raise ValueError(f"teacher_cfg.denoise_margin={self.denoise_margin!r}: must be a number >= 0")
+        for key in ("max_negatives", "chunk_size"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == "chunk_size" else 0):
+                raise ValueError(f"teacher_cfg.{key}={v!r}: must be an integer >= {1 if key == 'chunk_size' else 0}")
+        if not self.loss or "/" in self.loss:
+            raise ValueError(f"teacher_cfg.loss={self.loss!r}: must name a conf/loss/<name>.yaml")
+
+    @property
+    def needs_scores(self) -> bool:
+        """Distillation and denoising read the teacher's scores of the training candidates."""
+        return self.distill or self.denoise
+
+
+def register_schema() -> None:
+    """``teacher_cfg/schema`` in Hydra's ConfigStore (conf/pipeline.yaml: ``optional teacher_cfg: schema``)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(group="teacher_cfg", name="schema", node=TeacherStageConfig)
