@@ -403,3 +403,35 @@ def test_an_imported_set_trains_as_qrels_data(tmp_path, tiny_model_dir, one_thre
         "data_dir": str(tmp_path / "prep"), "output_dir": str(tmp_path / "run"), "seed": 7})
     assert summary["resolved"] == {"multi_positive": True, "best_metric": "ndcg@10"}
     assert summary["best_metric"]["name"] == "ndcg@10" and summary["steps"] == 2
+
+
+def test_test_fraction_holds_questions_out_and_the_pipeline_runs_end_to_end(tmp_path, tiny_model_dir):
+    """``data.test_fraction``: a seeded share of the questions becomes qrels/test.tsv (never in train/dev), so
+    ``dpr-pipeline data=import …`` runs end to end on a peer-format set and reports against BM25."""
+    import os
+
+    src = make_source(tmp_path, "tevatron")
+    ds = do_import("tevatron", src, tmp_path / "prep", "tev", dev_fraction=0.2, test_fraction=0.2)
+    test = read_qrels(ds.qrels("test"))
+    train_ids = {ex["query_id"] for ex in read_retriever_json(ds.train)}
+    dev_ids = {ex["query_id"] for ex in read_retriever_json(ds.dev)}
+    assert len(test) == 2 and not (set(test) & (train_ids | dev_ids))
+    assert set(test) | train_ids | dev_ids == {str(100 + i) for i in range(10)}   # every question in one split
+    assert set(read_queries(ds.queries)) >= set(test)
+    assert ds.read_meta()["counts"]["questions"]["test"] == 2
+    with pytest.raises(DataError, match="test_fraction must lie in"):
+        do_import("tevatron", src, tmp_path / "prep2", "tev", test_fraction=1.5)
+
+    bin_dir = Path(sys.executable).parent
+    out = tmp_path / "run"
+    cmd = [str(bin_dir / "dpr-pipeline"), "data=import", "data.format=tevatron", f"data.path={src}", "data.name=tev2",
+           "data.dev_fraction=0.2", "data.test_fraction=0.2", f"data_dir={tmp_path / 'prep'}", f"output_dir={out}",
+           f"model.name={tiny_model_dir}", "model.pooling=cls", "train.max_steps=2", "train.batch_size=4",
+           "train.hard_negatives=1", "train.save_every=0", "train.frozen_steps=0", "bm25.num_negatives=2",
+           "retrieve.k=5", "encode.batch_size=4", "train.precision=fp32"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"},
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert {"bm25", "dense", "hybrid"} <= set(report["systems"])
+    assert all(0.0 <= m["ndcg@10"] <= 1.0 for m in report["systems"].values())

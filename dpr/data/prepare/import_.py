@@ -13,7 +13,9 @@ data.path=<file or folder> data.name=<name> data_dir=<dir>`` (``data.corpus=<col
   nDCG@10). The dev questions come from ``data.dev_path`` (or ``dev.*``/``validation.*`` in the
   folder), else a seeded ``dev_fraction`` of the training questions, as the BEIR recipe does;
 - ``queries.jsonl`` and ``qrels/{train,dev}.tsv`` (what the BM25 miner reads to keep judged passages
-  out of the negatives); there is no test split;
+  out of the negatives); no test split, unless ``data.test_fraction`` > 0 holds a seeded share of the
+  training questions out as ``qrels/test.tsv`` (never trained on), so ``dpr-pipeline data=import …`` runs
+  end to end and reports BM25, dense and hybrid on it;
 - ``teacher_scores.imported.jsonl`` when the records carry teacher scores (`dpr.data.formats.scores`).
 """
 
@@ -39,7 +41,7 @@ KIND = "qrels"
 VERSION = 1
 SOURCES: dict[str, str] = {}  # the user's own files: see local_sources
 DEFAULTS = {"format": None, "path": None, "corpus": None, "queries": None, "dev_path": None, "seed": 13,
-            "dev_fraction": 0.1}
+            "dev_fraction": 0.1, "test_fraction": 0.0}
 DEV_NAMES = ("dev", "validation")
 
 
@@ -100,15 +102,16 @@ def collect(fmt_name: str, files: Mapping[str, Path]) -> Collector:
     return col
 
 
-def carve_dev(col: Collector, seed: int, dev_fraction: float) -> int:
-    """Move a seeded share of the training questions to dev (the BEIR recipe's rule); returns how many."""
+def carve_dev(col: Collector, seed: int, dev_fraction: float, split: str = "dev") -> int:
+    """Move a seeded share of the training questions to ``split`` (the BEIR recipe's rule); returns how many."""
+    key = f"{split}_fraction"
     if not 0.0 < float(dev_fraction) < 1.0:
-        raise DataError("data config", f"dev_fraction must lie in (0, 1), got {dev_fraction!r}", field="dev_fraction")
+        raise DataError("data config", f"{key} must lie in (0, 1), got {dev_fraction!r}", field=key)
     train = [qid for qid, q in col.questions.items() if q["split"] == "train"]
-    carved = seeded_split(train, {"dev": float(dev_fraction), "train": 1 - float(dev_fraction)}, seed)
-    for qid in carved["dev"]:
-        col.questions[qid]["split"] = "dev"
-    return len(carved["dev"])
+    carved = seeded_split(train, {split: float(dev_fraction), "train": 1 - float(dev_fraction)}, seed)
+    for qid in carved[split]:
+        col.questions[qid]["split"] = split
+    return len(carved[split])
 
 
 def build(cfg: dict, files: dict[str, Path], out: Path) -> dict:
@@ -118,12 +121,20 @@ def build(cfg: dict, files: dict[str, Path], out: Path) -> dict:
     if "dev" not in files:
         n = carve_dev(col, int(cfg["seed"]), float(cfg["dev_fraction"]))
         notes.append(f"no dev file: {n} of the training questions (seed {cfg['seed']}) became dev")
+    test_fraction = float(cfg.get("test_fraction") or 0.0)
+    if test_fraction:  # held out after dev is settled: a question is in one split only
+        n = carve_dev(col, int(cfg["seed"]) + 1, test_fraction, split="test")
+        notes.append(f"data.test_fraction: {n} of the training questions (seed {int(cfg['seed']) + 1}) are the test split")
     examples = {s: col.examples(s) for s in ("train", "dev")}
+    test = col.examples("test") if test_fraction else []
     write_passages(out / "passages.tsv", col.passage_rows())
     for split, exs in examples.items():
         write_retriever_json(out / f"{split}.json", exs)
         write_qrels(out / "qrels" / f"{split}.tsv", {ex["query_id"]: ex["qrels"] for ex in exs})
-    write_queries(out / "queries.jsonl", {ex["query_id"]: ex["question"] for s in ("train", "dev") for ex in examples[s]})
+    if test:
+        write_qrels(out / "qrels" / "test.tsv", {ex["query_id"]: ex["qrels"] for ex in test})
+    write_queries(out / "queries.jsonl", {ex["query_id"]: ex["question"] for exs in (*examples.values(), test)
+                                          for ex in exs})
     scored = col.teacher_scores()
     if scored:
         write_teacher_scores(out / SCORES_FILE, scored)
@@ -134,7 +145,7 @@ def build(cfg: dict, files: dict[str, Path], out: Path) -> dict:
         **col.counts,
         "negatives_dropped_as_positive": col.dropped_negatives(),
         "passages": len(col.passages),
-        "questions": {s: len(exs) for s, exs in examples.items()},
+        "questions": {**{s: len(exs) for s, exs in examples.items()}, **({"test": len(test)} if test else {})},
         "hard_negatives": {s: sum(len(ex["hard_negative_ctxs"]) for ex in exs) for s, exs in examples.items()},
         "teacher_scored_questions": len(scored),
         "teacher_scores": sum(len(s["scores"]) for s in scored),
