@@ -30,7 +30,7 @@ EDGE = [0, -1, -5, 1, 2, 2.5, math.nan, math.inf, -math.inf, 1e308, -1e308, 2 **
 # required keys and the config group whose keys the index schema needs
 FILL = {"encode": {"model_path": "m", "passages": "p", "output_dir": "o"}, "index": {"embeddings": "e", "output": "o"},
         "retrieve": {"output": "o"}, "eval": {"results": ["r"], "output_dir": "o"}, "train": {"output_dir": "o"},
-        "prepare": {}, "bm25": {}, "pipeline": {}}
+        "prepare": {}, "bm25": {}, "pipeline": {}, "reader": {}}
 OVERRIDES = {"bm25": ["data=squad1_open"], "prepare": ["data=squad1_open"], "train": ["data=squad1_open"],
              "index": ["index=ivfpq"]}
 
@@ -161,3 +161,20 @@ def test_numeric_key_refused_or_legal(configs, cmd, key, kind, is_list, optional
         _fusion_runs(key, got)
     elif cmd == "bm25" and key in ("k1", "b", "k") and got <= 1000:
         _bm25_runs(key, got)
+
+
+def test_reader_settings_are_range_checked_before_any_work(tmp_path):
+    """dpr-reader had no schema: a bad reader_cfg value ran (or failed deep inside). Now one line, exit 2."""
+    import os
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).parent / "dpr-reader"
+    env = dict(os.environ, WANDB_MODE="disabled")
+    for args, key in ((["eval", "model=/x", f"output={tmp_path}/o.json", f"results={tmp_path}/r.json",
+                        "reader_cfg.eval.n_best=0"], "reader_cfg.eval.n_best"),
+                      (["train", f"output_dir={tmp_path}/r", "reader_cfg.train.lr=nan"], "reader_cfg.train.lr")):
+        proc = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 2 and proc.stderr.strip().startswith(f"dpr-reader: error: config key {key}:"), \
+            proc.stderr[-2000:]
+    assert not (tmp_path / "r").exists()

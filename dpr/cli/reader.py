@@ -23,7 +23,7 @@ _command: list[str] = []
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="reader")
-@report_errors("dpr-reader")
+@report_errors("dpr-reader", schema="reader")
 def _run(cfg: DictConfig) -> None:
     from dpr.data.dataset import DatasetPaths
 

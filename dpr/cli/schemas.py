@@ -280,6 +280,64 @@ class PipelineEval:
     match: str = "string"
 
 
+# The reader's settings (conf/reader_cfg/default.yaml is their one source: MISSING here, the schema only types
+# and ranges them), for dpr-reader and for the pipeline's reader=true.
+@dataclass
+class ReaderTrainSettings:
+    batch_size: int = ranged(MISSING, 1, MAX_BATCH)
+    negatives: int = ranged(MISSING, 0, 10_000, note="0: no relevance training")
+    epochs: int = ranged(MISSING, 1, INT32_MAX, note="used when max_steps = 0")
+    max_steps: int = ranged(MISSING, 0, INT32_MAX, note="0: epochs decide")
+    max_questions: int = ranged(MISSING, 0, INT32_MAX, note="0: all")
+    lr: float = ranged(MISSING, 1e-12, 1.0, note="> 0")
+    weight_decay: float = ranged(MISSING, 0, 1)
+    warmup_ratio: float = ranged(MISSING, 0, 1)
+    max_grad_norm: float = ranged(MISSING, 0, 1e6, note="0: no clipping")
+    precision: str = MISSING
+    cpu_threads: int = ranged(MISSING, 0, MAX_THREADS, note="0: torch's default")
+    seed: int = ranged(MISSING, 0, SEED_MAX)
+    log_every: int = ranged(MISSING, 1, INT32_MAX)
+    save_every: int = ranged(MISSING, 0, INT32_MAX, note="0: no checkpoints")
+    keep_checkpoints: int = ranged(MISSING, 0, 10_000, note="0: keep all")
+    resume: Any = MISSING
+
+
+@dataclass
+class ReaderEvalSettings:
+    ks: List[int] = ranged_list(1, MAX_K, default=lambda: MISSING)
+    max_answer_length: int = ranged(MISSING, 1, MAX_LENGTH)
+    n_best: int = ranged(MISSING, 1, 10_000)
+    span_score: str = MISSING
+    passage_weight: float = ranged(MISSING, 0, MAX_WEIGHT)
+    rank_weight: float = ranged(MISSING, 0, MAX_WEIGHT)
+    batch_size: int = ranged(MISSING, 1, MAX_BATCH)
+    precision: str = MISSING
+    max_questions: int = ranged(MISSING, 0, INT32_MAX, note="0: all")
+
+
+@dataclass
+class ReaderSettings:
+    model: str = MISSING
+    max_length: int = ranged(MISSING, 8, MAX_LENGTH, note="and <= the encoder's positions")
+    stride: int = ranged(MISSING, 0, MAX_LENGTH)
+    max_question_length: int = ranged(MISSING, 1, MAX_LENGTH)
+    title: bool = MISSING
+    train: ReaderTrainSettings = field(default_factory=ReaderTrainSettings)
+    eval: ReaderEvalSettings = field(default_factory=ReaderEvalSettings)
+
+
+@dataclass
+class ReaderSchema:
+    reader_cfg: ReaderSettings = field(default_factory=ReaderSettings)
+    data: DataSchema = field(default_factory=DataSchema)
+    data_dir: str = MISSING
+    output_dir: str = MISSING
+    reader_model: Optional[str] = None
+    results: Optional[str] = None
+    gold_split: Optional[str] = None
+    output: Optional[str] = None
+
+
 @dataclass
 class PipelineSchema:
     data: DataSchema = field(default_factory=DataSchema)
@@ -288,7 +346,7 @@ class PipelineSchema:
     train: Any = None
     loss: Any = None
     logger: Any = None
-    reader_cfg: Any = None
+    reader_cfg: ReaderSettings = field(default_factory=ReaderSettings)
     data_dir: str = MISSING
     output_dir: str = MISSING
     seed: int = ranged(42, 0, SEED_MAX)
@@ -305,6 +363,7 @@ class PipelineSchema:
 SCHEMAS: Dict[str, type] = {
     "prepare": PrepareSchema, "bm25": Bm25Schema, "encode": EncodeSchema, "index": IndexCommandSchema,
     "retrieve": RetrieveSchema, "eval": EvalSchema, "train": TrainCommandSchema, "pipeline": PipelineSchema,
+    "reader": ReaderSchema,
 }
 # Schemas whose keys are typed where named but stay open to others.
 OPEN_SCHEMAS = (PipelineSchema,)
