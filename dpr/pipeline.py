@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -62,11 +62,14 @@ def _dataset(cfg: DictConfig) -> DatasetPaths:
 
 
 def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: Path, stages: StageRunner,
-                       extra_inputs: Sequence[Path] = ()) -> None:
+                       extra_inputs: Sequence[Path] = (),
+                       round_scores: Callable[[int, Path, Path], Path] | None = None) -> None:
     """Train ``train.rounds`` times: round 1 on the dataset's (BM25-mined) training file; each later round
     continues from the previous round's model, on negatives re-mined from that model's own index
     (:mod:`dpr.remine`, ANCE-style). The last round's model is ``model_dir``; earlier ones live in
-    ``<output_dir>/rounds/round<r>/``. ``extra_inputs``: more files the training reads (teacher scores)."""
+    ``<output_dir>/rounds/round<r>/``. ``extra_inputs``: more files the training reads (teacher scores).
+    ``round_scores(r, train_file, round_dir)``: with a teacher, scores a re-mined round's candidates (its own
+    cached stage) and returns the scores file that round distils from."""
     rounds = int(cfg.train.get("rounds", 1))
     prev_model: Path | None = None
     for r in range(1, rounds + 1):
@@ -87,8 +90,12 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
                 params=_plain(cfg.train),
             )
             model = {**model, "name": str(prev_model)}  # continue from the previous round's weights
+        train_keys, inputs = _plain(cfg.train), list(extra_inputs)
+        if prev_model is not None and round_scores is not None:  # the teacher scores the new candidates too
+            scores = round_scores(r, train_file, rdir)
+            train_keys, inputs = {**train_keys, "teacher_scores": str(scores)}, [scores]
         train_cfg = OmegaConf.create({
-            "model": model, "data": _plain(cfg.data), "train": _plain(cfg.train), "loss": _plain(cfg.get("loss")),
+            "model": model, "data": _plain(cfg.data), "train": train_keys, "loss": _plain(cfg.get("loss")),
             "logger": _plain(cfg.logger), "data_dir": str(cfg.data_dir), "output_dir": str(mdir),
             "seed": cfg.seed, "train_file": str(train_file),
         })
@@ -102,7 +109,7 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
             "train" if rounds == 1 else f"train_round{r}",
             lambda tc=train_cfg, se=start_emb, ee=export_emb: _train_reusing_vectors(cfg, ds, tc, se, ee),
             outputs=[mdir / "biencoder.json", mdir / "passage_encoder"],
-            inputs=[train_file, ds.dev, ds.passages, start_emb, *extra_inputs], params=_plain(train_cfg),
+            inputs=[train_file, ds.dev, ds.passages, start_emb, *inputs], params=_plain(train_cfg),
         )
         if r < rounds:  # the round's own index, to mine the next round's negatives from
             emb, idx = rdir / "embeddings", rdir / "index.faiss"
@@ -234,7 +241,8 @@ def run_pipeline(cfg: DictConfig) -> dict:
         from dpr.rerank.pipeline import run_teacher
         teacher = run_teacher(cfg, ds, out, stages, bm25_dev)
     train_model_rounds(teacher.train_cfg if teacher else cfg, ds, out, model_dir, stages,
-                       teacher.train_inputs if teacher else [])
+                       teacher.train_inputs if teacher else [],
+                       round_scores=teacher.round_scores(stages) if teacher else None)
     if until == "train":  # a dev-only run (ablations): the trained model never meets the test split
         return _finish(out, stages, start, {"until": "train", "model": str(model_dir),
                                             "train_summary": str(model_dir / "train_summary.json")})

@@ -225,8 +225,7 @@ def test_bad_teacher_settings_are_one_line_errors(tiny_data_dir, tiny_model_dir,
 
     with pytest.raises(FileNotFoundError, match="not a cross-encoder directory"):
         check_teacher(OmegaConf.create({"train": {"rounds": 1}, "teacher_cfg": {"model": str(tmp_path)}}))
-    with pytest.raises(ValueError, match="train.rounds=2"):
-        check_teacher(OmegaConf.create({"train": {"rounds": 2}, "teacher_cfg": {}}))
+    assert check_teacher(OmegaConf.create({"train": {"rounds": 2}, "teacher_cfg": {}})).distill is True
     assert check_teacher(OmegaConf.create({"train": {"rounds": 2}, "teacher_cfg": {"distill": False}})).distill is False
     # through the command: refused before any stage runs, one line
     proc = _pipeline(tiny_data_dir, tiny_model_dir, tmp_path / "run", "teacher=true", "teacher.k_grid=[0]")
@@ -256,4 +255,30 @@ def test_choose_k_takes_the_best_dev_figure_and_the_smaller_depth_on_ties():
 
     assert choose_k({20: {"mrr": 0.5}, 50: {"mrr": 0.6}, 100: {"mrr": 0.6}}, "mrr") == 50
     assert choose_k({100: {"ndcg@10": 0.3}, 20: {"ndcg@10": 0.3}}, "ndcg@10") == 20
+    # within the tolerance the cheaper depth wins; beyond it the better one
+    per_k = {20: {"mrr": 0.900}, 50: {"mrr": 0.904}, 100: {"mrr": 0.910}}
+    assert choose_k(per_k, "mrr", 0.007) == 50 and choose_k(per_k, "mrr", 0.011) == 20
+    assert choose_k(per_k, "mrr", 0.0) == 100 and choose_k(per_k, "mrr", 0.001) == 100
     assert dataclasses.asdict(TeacherStageConfig())["k_grid"] == [20, 50, 100]  # the default grid
+
+
+def test_teacher_rounds_score_each_remined_file_and_distil_from_it(tiny_data_dir, tiny_model_dir, tmp_path):
+    from dpr.training.teacher_scores import candidates_of, read_teacher_scores
+
+    out = tmp_path / "run"
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, "teacher.max_negatives=2"),
+                     "train.rounds=2", "train.remine_negatives=3", "train.remine_relative_margin=0.0",
+                     "train.remine_bm25_share=0.0", "until=train")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {"teacher_scores", "remine_round2", "teacher_scores_round2", "train_round2"} <= _ran(out)
+    round2 = out / "rounds" / "round2"
+    summary = json.loads((out / "model" / "train_summary.json").read_text())
+    assert summary["config"]["train"]["teacher_scores"] == str(round2 / "teacher_scores.jsonl")
+    assert summary["config"]["loss"]["_target_"] == "dpr.losses.KLDistillLoss"
+    # the round's scores are of the re-mined candidates (its positives and first 2 new negatives)
+    mined = json.loads((round2 / "train.json").read_text())
+    store = read_teacher_scores(round2 / "teacher_scores.jsonl", round2 / "train.json")
+    for ex in mined:
+        assert set(store.by_question[ex["question"]]) == {c["passage_id"] for c in candidates_of(ex, 2)}
+    round1 = json.loads((out / "rounds" / "round1" / "model" / "train_summary.json").read_text())
+    assert round1["config"]["train"]["teacher_scores"] == str(out / "teacher" / "teacher_scores.jsonl")

@@ -31,3 +31,19 @@ def test_pipeline_with_reader_reports_bound_and_reader_side_by_side(tiny_data_di
     assert {"reader_train", "reader_eval"} <= set(timings)
     eval_out = json.loads((out / "reader" / "eval.json").read_text())
     assert len(eval_out["predictions"]["dense"]["5"]) == 8
+
+
+def test_with_a_teacher_the_reader_also_reads_the_reranked_lists(tiny_data_dir, tiny_model_dir, tmp_path):
+    from test_pipeline_teacher import RERANKED, _teacher
+
+    out = tmp_path / "run"
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "retrieve.k=20", "encode.batch_size=8",
+                     *_teacher(tiny_model_dir, "teacher.distill=false"),
+                     "reader=true", f"reader_cfg.model={tiny_model_dir}", "reader_cfg.max_length=64",
+                     "reader_cfg.train.max_steps=2", "reader_cfg.train.batch_size=4", "reader_cfg.train.save_every=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert set(report["reader"]["systems"]) == {"bm25", "dense", "hybrid", *RERANKED}
+    eval_out = json.loads((out / "reader" / "eval.json").read_text())
+    assert len(eval_out["predictions"]["hybrid+rerank"]["1"]) == len(json.loads(
+        (out / "rerank" / "hybrid" / "test.json").read_text()))

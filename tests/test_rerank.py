@@ -239,3 +239,31 @@ def test_export_loads_in_sentence_transformers_with_the_same_scores(tiny_ce, tmp
     # the saved encoder/ directory itself is already a CrossEncoder (the export only adds its config and card)
     raw = CrossEncoder(str(ce / "encoder"), device="cpu", local_files_only=True).predict(pairs, show_progress_bar=False)
     assert torch.allclose(torch.tensor(raw, dtype=torch.float32), ours, atol=1e-4)
+
+
+def test_a_system_reranked_with_another_systems_logits_is_the_same_list_scoring_only_new_pairs(tiny_ce):
+    """The pipeline's rerank stages reuse the logits the systems reranked before hold (first stages
+    share most of their top passages): the lists come out as if scored from scratch, fewer pairs scored."""
+    from dpr.rerank.runs import known_pairs, timed_rerank
+
+    model, tok = tiny_ce
+    settings = {"max_length": 64, "title": True}
+    texts = ["red apple pie", "blue sky", "green grass field", "the sea", "apple orchard", "old town"]
+
+    def records(order):
+        return [{"question": q, "answers": [], "ctxs": [{"id": f"p{j}", "title": "t", "text": texts[j],
+                                                           "score": float(-r)} for r, j in enumerate(order)]}
+                for q in ("apple pie", "grass")]
+
+    first, second = records([0, 1, 2, 3, 4, 5]), records([2, 4, 0, 5, 1, 3])
+    done, s1 = timed_rerank(model, tok, settings, first, 3, precision="fp32")
+    assert (s1["pairs"], s1["scored"], s1["reused"]) == (6, 6, 0) and s1["seconds_per_question"] > 0
+    known = known_pairs(done, 3)
+    assert len(known) == 6
+    fresh, _ = timed_rerank(model, tok, settings, second, 3, precision="fp32")
+    again, s2 = timed_rerank(model, tok, settings, second, 3, precision="fp32", known=known)
+    # top 3 of `second` are p2, p4, p0: p0 and p2 were in `first`'s top 3, p4 was not
+    assert (s2["pairs"], s2["reused"], s2["scored"]) == (6, 4, 2)
+    assert [[c["id"] for c in r["ctxs"]] for r in again] == [[c["id"] for c in r["ctxs"]] for r in fresh]
+    assert [c["score"] for r in again for c in r["ctxs"][:3]] == pytest.approx(
+        [c["score"] for r in fresh for c in r["ctxs"][:3]], abs=1e-5)

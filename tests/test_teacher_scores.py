@@ -246,6 +246,35 @@ def test_denoising_in_a_run_writes_its_counts_beside_the_scores(tiny):
     assert counts["dropped_above_positive"] + counts["dropped_within_margin"] == counts["examined"] - kept
 
 
+def test_a_scores_loss_draws_its_hard_negatives_among_the_scored_ones(tmp_path):
+    from dpr.training.teacher import keep_scored_negatives
+
+    store = TeacherScores(tmp_path / SCORES_FILE, {}, {"q1": {"p": 3.0, "n2": 1.0, "n4": 0.5}, "q2": {"p2": 1.0}})
+    ex1 = {"question": "q1", "positive_ctxs": [{"passage_id": "p"}],
+           "hard_negative_ctxs": [{"passage_id": f"n{i}"} for i in range(1, 6)]}
+    ex2 = {"question": "q2", "positive_ctxs": [{"passage_id": "p2"}], "hard_negative_ctxs": [{"passage_id": "m1"}]}
+    out = keep_scored_negatives([ex1, ex2], store)
+    assert [c["passage_id"] for c in out[0]["hard_negative_ctxs"]] == ["n2", "n4"]  # mined order kept
+    assert out[1] == ex2  # no scored negative: its mined list stays
+    assert len(ex1["hard_negative_ctxs"]) == 5  # the input is not modified
+    assert TrainConfig().teacher_scored_negatives is True
+
+
+def test_prepare_teacher_keeps_only_scored_negatives_for_a_scores_loss(tiny):
+    from dpr.losses import KLDistillLoss, SoftmaxNLLLoss
+
+    score(tiny, max_negatives=1)
+    examples = json.loads((tiny / "train.json").read_text())
+    args = (tiny, tiny / "passages.tsv", tiny / "train.json", examples)
+    run = prepare_teacher(KLDistillLoss(), TrainConfig(), *args)
+    assert all(len(ex["hard_negative_ctxs"]) == 1 for ex in run.examples)
+    assert [ex["hard_negative_ctxs"][0] for ex in run.examples] == [ex["hard_negative_ctxs"][0] for ex in examples]
+    run = prepare_teacher(KLDistillLoss(), TrainConfig(teacher_scored_negatives=False), *args)
+    assert run.examples == examples
+    run = prepare_teacher(SoftmaxNLLLoss(), TrainConfig(), *args)  # no teacher: nothing changes
+    assert run.examples == examples
+
+
 # ---------------------------------------------------------------- training with the scores
 
 

@@ -59,13 +59,19 @@ def test_auto_settings_follow_the_kind_of_data():
     pinned = TrainConfig.from_dict({"multi_positive": False, "best_metric": "mrr"})
     assert (pinned.multi_positive_for("qrels"), pinned.best_metric_for("qrels")) == (False, "mrr")
     assert _compose("train.multi_positive=true").train.multi_positive is True
+    # a metric the dev validation of this kind of data does not compute is refused, not replaced by avg_rank
+    assert TrainConfig.from_dict({"best_metric": "top10", "val_topk": [1, 10]}).best_metric_for("qa") == "top10"
+    with pytest.raises(ValueError, match="ndcg@10 needs qrels data"):
+        TrainConfig.from_dict({"best_metric": "ndcg@10"}).best_metric_for("qa")
 
 
 @pytest.mark.parametrize("bad,match", [({"batch_size": 0}, "batch_size"), ({"rounds": 0}, "rounds"),
                                        ({"multi_positive": "yes"}, "multi_positive"),
                                        ({"best_metric": "ndcg@10", "val_corpus_topk": False}, "val_corpus_topk"),
                                        ({"max_steps": 0, "epochs": 0}, "nothing to train"),
-                                       ({"remine_bm25_share": 2.0}, "remine_bm25_share")])
+                                       ({"remine_bm25_share": 2.0}, "remine_bm25_share"),
+                                       ({"best_metric": "accuracy"}, "best_metric='accuracy' is not a dev metric"),
+                                       ({"best_metric": "top10"}, "top10' is not a dev metric")])
 def test_degenerate_values_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig.from_dict(bad)
@@ -190,3 +196,13 @@ def test_accepted_values_train_to_finite_numbers(where, value, tiny_model_dir, t
 
     for f in Path(cfg["output_dir"]).rglob("*.safetensors"):
         assert all(bool(t.isfinite().all()) for t in load_file(f).values()), f
+
+
+def test_the_validator_never_swaps_a_missing_primary_metric_for_another():
+    from dpr.training.validation import Validator
+
+    v = Validator(None, [], corpus=None, use_answers=True, cfg={}, question_max_length=8, passage_max_length=8,
+                  autocast="off", primary_metric="top5")
+    assert v.metric({"avg_rank": 2.0, "top5": 0.9}) == "top5" and v.greater_is_better
+    with pytest.raises(ValueError, match="best_metric='top5': the dev validation gave no such metric"):
+        v.metric({"avg_rank": 2.0, "mrr": 0.5, "mrr_ci95": 0.1})

@@ -1,4 +1,4 @@
-"""``dpr-rerank train|score``: thin Hydra entry point over `dpr.rerank` (config ``conf/rerank.yaml``, schema
+"""``dpr-rerank train|score|teacher-scores``: thin Hydra entry point over `dpr.rerank` (config ``conf/rerank.yaml``, schema
 `dpr.rerank.config.RerankCommandSchema`).
 
 ``model=`` is renamed (``conf/model/`` is a config group, so Hydra would read it as a group choice): for
@@ -21,7 +21,7 @@ from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 from dpr.rerank.config import register_schema
 
 log = logging.getLogger(__name__)
-COMMANDS = ("train", "score")
+COMMANDS = ("train", "score", "teacher-scores")
 _command: list[str] = []
 
 register_schema()  # rerank_schema: conf/rerank.yaml extends the RerankCommandSchema dataclass
@@ -78,11 +78,40 @@ def _score(cfg: DictConfig) -> None:
     print(f"dpr-rerank: {cfg.output} {json.dumps(stats)}")
 
 
+def _teacher_scores(cfg: DictConfig) -> None:
+    """The cross-encoder's scores of each training question's candidates (what ``dpr-pipeline teacher=true``
+    writes in its ``teacher_scores`` stage), for ``dpr-train loss=kl_distill train.teacher_scores=<file>``."""
+    from dpr.rerank.model import resolve_dir
+    from dpr.rerank.pipeline import score_training_candidates
+    from dpr.rerank.stage_config import TeacherStageConfig
+    from dpr.rerank.train import as_config
+
+    rcfg = as_config(cfg.rerank)
+    if not cfg.model_path or not cfg.output:
+        raise ValueError("dpr-rerank teacher-scores needs model=<cross-encoder dir> and output=<teacher_scores.jsonl>")
+    if cfg.train_file:
+        train = Path(cfg.train_file)
+    else:
+        from dpr.data.dataset import DatasetPaths
+
+        if cfg.data is None:
+            raise ValueError("dpr-rerank teacher-scores needs data=<dataset> (or train_file=<DPR retriever JSON>)")
+        train = DatasetPaths.of(cfg.data_dir, cfg.data.name).train
+    if not train.is_file():
+        raise FileNotFoundError(f"{train}: no training file (prepare the dataset with dpr-data, mine with dpr-bm25 mine=true)")
+    tcfg = TeacherStageConfig(rerank=rcfg)
+    if cfg.max_negatives is not None:
+        tcfg.max_negatives = int(cfg.max_negatives)
+    tcfg.check()
+    manifest = score_training_candidates(resolve_dir(cfg.model_path), train, Path(cfg.output), tcfg)
+    print(f"dpr-rerank: {cfg.output} {json.dumps({k: manifest.get(k) for k in ('questions', 'pairs', 'teacher')})}")
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="rerank")
 @report_errors("dpr-rerank", outputs=("output_dir", "output"))
 def _run(cfg: DictConfig) -> None:
     OmegaConf.resolve(cfg)
-    (_train if _command[0] == "train" else _score)(cfg)
+    {"train": _train, "score": _score, "teacher-scores": _teacher_scores}[_command[0]](cfg)
 
 
 @quiet_interrupt("dpr-rerank")

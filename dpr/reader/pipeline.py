@@ -19,7 +19,8 @@ from dpr.stages import StageRunner
 
 log = logging.getLogger(__name__)
 
-SYSTEMS = ("bm25", "dense", "hybrid")
+# with teacher=true the reranked lists too (dpr/rerank/pipeline.py): the reader reads their top k in the new order
+SYSTEMS = ("bm25", "dense", "hybrid", "bm25+rerank", "dense+rerank", "hybrid+rerank")
 
 
 def _plain(cfg: Any) -> dict:

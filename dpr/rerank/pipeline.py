@@ -12,10 +12,12 @@ Stages (the pipeline's :class:`~dpr.stages.StageRunner`: skipped when up to date
   scores file beside it would be stale for all but one. It runs after ``bm25_mine``, which rewrites
   train.json in place, so both the stage's fingerprint and the manifest's sha256 are of the mined file.
 - the pipeline's ``train`` then distils (``teacher_cfg.loss`` replaces the ``loss`` group,
-  ``train.teacher_scores`` points at the file, the file is one of the stage's inputs).
+  ``train.teacher_scores`` points at the file, the file is one of the stage's inputs). With
+  ``train.rounds > 1`` each re-mined round's candidates are scored too (``teacher_scores_round<r>`` →
+  ``<out>/rounds/round<r>/teacher_scores.jsonl``), denoised and distilled from in the same way.
 - ``rerank_hybrid_dev`` (the hybrid's dev lists, fused with the dev-tuned weight), ``rerank_dev`` (every
-  depth of ``teacher_cfg.k_grid`` for every first stage on dev → ``<out>/rerank/dev.json``; K = the best
-  dev MRR (QA) / nDCG@10 (qrels), ties to the smaller K) and ``rerank_<system>`` for bm25, dense and
+  depth of ``teacher_cfg.k_grid`` for every first stage on dev → ``<out>/rerank/dev.json``; K = the smallest
+  depth within ``teacher_cfg.k_tolerance`` of the best dev MRR (QA) / nDCG@10 (qrels)) and ``rerank_<system>`` for bm25, dense and
   hybrid (→ ``<out>/rerank/<system>/test.json`` in DPR's results format, ``test.trec`` on qrels data,
   ``stats.json`` with the seconds per question).
 """
@@ -51,12 +53,9 @@ def stage_config(cfg: DictConfig) -> TeacherStageConfig:
 
 
 def check_teacher(cfg: DictConfig) -> TeacherStageConfig:
-    """The teacher settings, checked before any stage runs: ranges, the distillation loss, a given
-    cross-encoder directory, and train.rounds (re-mined rounds' training files have no teacher scores)."""
+    """The teacher settings, checked before any stage runs: ranges, the distillation loss and a given
+    cross-encoder directory."""
     tcfg = stage_config(cfg)
-    if tcfg.needs_scores and int(cfg.train.get("rounds", 1)) > 1:
-        raise ValueError(f"teacher_cfg.distill/denoise with train.rounds={cfg.train.rounds}: the re-mined rounds' "
-                         "training files have no teacher scores; use train.rounds=1 or teacher_cfg.distill=false")
     if tcfg.model:
         from dpr.rerank.model import resolve_dir
 
@@ -74,6 +73,26 @@ class TeacherRun:
     train_cfg: DictConfig              # the pipeline config the dense training runs with
     train_inputs: list[Path] = field(default_factory=list)  # extra inputs of the train stage (the scores file)
     notes: dict = field(default_factory=dict)
+    tcfg: TeacherStageConfig | None = None  # set when the training reads teacher scores (distill / denoise)
+
+    def round_scores(self, stages: StageRunner):
+        """For ``train.rounds > 1``: ``(r, train_file, round_dir) -> scores file``, the teacher's scores of a
+        re-mined round's candidates (stage ``teacher_scores_round<r>``, cached like the first), or None
+        when the training reads no scores."""
+        if self.tcfg is None:
+            return None
+        from dpr.training.teacher_scores import SCORES_FILE, manifest_path
+
+        def run(r: int, train_file: Path, round_dir: Path) -> Path:
+            scores = round_dir / SCORES_FILE
+            stages.run(f"teacher_scores_round{r}",
+                       lambda: score_training_candidates(self.teacher_dir, train_file, scores, self.tcfg),
+                       outputs=[scores, manifest_path(scores)], inputs=[train_file, self.teacher_dir],
+                       params={"max_negatives": self.tcfg.max_negatives, "precision": self.tcfg.rerank.score.precision})
+            self.notes.setdefault("round_scores", {})[str(r)] = str(scores)
+            return scores
+
+        return run
 
 
 def _dev_qrels(ds: DatasetPaths, split: str) -> dict | None:
@@ -142,7 +161,7 @@ def run_teacher(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunne
     notes["scores"] = str(scores)
     if tcfg.denoise:
         notes["denoise_margin"] = tcfg.denoise_margin
-    return TeacherRun(teacher_dir, distill_config(cfg, tcfg, scores), [scores], notes)
+    return TeacherRun(teacher_dir, distill_config(cfg, tcfg, scores), [scores], notes, tcfg)
 
 
 def score_training_candidates(teacher_dir: Path, train_json: Path, scores: Path, tcfg: TeacherStageConfig) -> dict:
@@ -176,12 +195,15 @@ def score_training_candidates(teacher_dir: Path, train_json: Path, scores: Path,
 
 def distill_config(cfg: DictConfig, tcfg: TeacherStageConfig, scores: Path) -> DictConfig:
     """``cfg`` with the training reading ``scores``: the ``loss`` group replaced by ``teacher_cfg.loss``
-    (+ ``loss_args``) when distilling, and the teacher's denoising settings."""
+    (+ ``loss_args``) and ``train.hard_negatives`` by ``teacher_cfg.hard_negatives`` when distilling, and
+    the teacher's denoising settings."""
     new = copy.deepcopy(cfg)
     OmegaConf.set_struct(new, False)
     if tcfg.distill:
         new.loss = _distill_loss(tcfg)
     new.train.teacher_scores = str(scores)
+    if tcfg.distill and tcfg.hard_negatives > 0:
+        new.train.hard_negatives = int(tcfg.hard_negatives)
     new.train.teacher_denoise = bool(tcfg.denoise)
     new.train.teacher_denoise_margin = float(tcfg.denoise_margin)
     return new
@@ -244,17 +266,19 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
         body: dict = {"metric": metric, "k_grid": list(tcfg.k_grid), "systems": {}}
         for name, recs in records.items():
             per_k = {k: results_metrics(reranked(recs, scores, k), qrels) for k in tcfg.k_grid}
-            body["systems"][name] = {"k": choose_k(per_k, metric), "first_stage": results_metrics(recs, qrels),
+            body["systems"][name] = {"k": choose_k(per_k, metric, tcfg.k_tolerance),
+                                     "first_stage": results_metrics(recs, qrels),
                                      "dev": {str(k): v for k, v in per_k.items()}}
         write_json_atomic(choice_file, body)
 
     stages.run("rerank_dev", choose, outputs=[choice_file],
                inputs=[*dev.values(), tdir, *texts.inputs(), *([ds.qrels("dev")] if qrels_data else [])],
-               params={"k_grid": list(tcfg.k_grid), **score_params})
+               params={"k_grid": list(tcfg.k_grid), "k_tolerance": tcfg.k_tolerance, **score_params})
     choice = json.loads(choice_file.read_text())
     runs: dict[str, Path] = {}
     notes: dict = {"metric": f"{metric} on dev", "k_grid": list(tcfg.k_grid), "cross_encoder": str(tdir),
                    "systems": {}}
+    done: list[tuple[Path, int]] = []  # the systems reranked so far: their lists hold logits to reuse
     for name in FIRST_STAGES:
         k = int(choice["systems"][name]["k"])
         sdir = rdir / name
@@ -262,13 +286,23 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
         test = Path(first[name]["test"])
 
         def rerank_test(name=name, test=test, k=k, json_out=json_out, trec_out=trec_out,
-                        stats_file=stats_file) -> None:
+                        stats_file=stats_file, before=tuple(done)) -> None:
+            from dpr.data.results import read_results
             from dpr.rerank.model import load_cross_encoder
-            from dpr.rerank.runs import timed_rerank, write_reranked
+            from dpr.rerank.runs import known_pairs, timed_rerank, write_reranked
 
             model, tok, settings = load_cross_encoder(tdir)
+            # a pair's logit depends on the teacher and the pair only (this run's teacher: the stages
+            # before this one are up to date with it), so the other systems' reranked lists are a cache
+            known: dict = {}
+            for path, depth in before:
+                known.update(known_pairs(read_results(path), depth))
             recs, stats = timed_rerank(model, tok, settings, texts.records(test), k, batch_size=s.batch_size,
-                                       precision=s.precision)
+                                       precision=s.precision, known=known)
+            if stats["seconds_per_question"] is None:  # every pair was reused: price them at the others' rate
+                rates = [json.loads((p.parent / "stats.json").read_text())["seconds_per_pair"] for p, _ in before]
+                rate = sum(r for r in rates if r) / max(1, sum(1 for r in rates if r))
+                stats["seconds_per_question"] = round(rate * stats["pairs"] / max(1, stats["questions"]), 5)
             write_reranked(recs, json_out, trec_out if qrels_data else None, tag=f"{name}_rerank{k}")
             write_json_atomic(stats_file, {**stats, "first_stage": str(test)})
 
@@ -276,10 +310,11 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
         stages.run(f"rerank_{name}", rerank_test, outputs=outputs, inputs=[test, tdir, *texts.inputs()],
                    params={"k": k, **score_params})
         stats = json.loads(stats_file.read_text())
+        done.append((json_out, k))
         runs[name + SUFFIX] = trec_out if qrels_data else json_out
         sysc = choice["systems"][name]
         notes["systems"][name + SUFFIX] = {
             "first_stage": name, "k": k, "dev": sysc["dev"], "dev_first_stage": sysc["first_stage"],
             "seconds_per_question": stats["seconds_per_question"], "seconds": stats["seconds"],
-            "questions": stats["questions"]}
+            "questions": stats["questions"], "pairs": stats.get("pairs"), "reused_pairs": stats.get("reused")}
     return runs, notes

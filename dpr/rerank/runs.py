@@ -89,15 +89,30 @@ def reranked(records: Sequence[Mapping[str, Any]], scores: PairScores, k: int) -
 
 def timed_rerank(model: torch.nn.Module, tokenizer: Any, settings: Mapping[str, Any],
                  records: Sequence[Mapping[str, Any]], k: int, batch_size: int = 32,
-                 precision: str = "auto") -> tuple[list[dict], dict]:
-    """:func:`reranked` of one system scored on its own, and the seconds it took (per question too)."""
+                 precision: str = "auto", known: PairScores | None = None) -> tuple[list[dict], dict]:
+    """:func:`reranked` of one system, and what its scoring cost. Pairs in ``known`` (another system's
+    reranked lists: first stages share most of their top passages) are not scored again; the stats keep
+    the system's own cost apart from that saving: ``seconds`` is what this call took, ``seconds_per_pair``
+    what each pair it scored took, and ``seconds_per_question`` what reranking this system's top ``k``
+    alone costs at that rate (every pair of its lists, reused or not)."""
     t0 = time.perf_counter()
-    scores = pair_scores(model, tokenizer, settings, [records], k, batch_size=batch_size, precision=precision)
+    own = {(rec["question"], str(c["id"])) for rec in records for c in rec["ctxs"][:k]}
+    reuse = {key: v for key, v in (known or {}).items() if key in own}
+    scores = pair_scores(model, tokenizer, settings, [records], k, batch_size=batch_size, precision=precision,
+                         known=reuse)
     out = reranked(records, scores, k)
     seconds = time.perf_counter() - t0
+    scored = len(own) - len(reuse)
     n = max(1, len(records))
-    return out, {"k": k, "questions": len(records), "pairs": len(scores), "seconds": round(seconds, 3),
-                 "seconds_per_question": round(seconds / n, 5)}
+    per_pair = seconds / scored if scored else None
+    return out, {"k": k, "questions": len(records), "pairs": len(own), "scored": scored, "reused": len(reuse),
+                 "seconds": round(seconds, 3), "seconds_per_pair": None if per_pair is None else round(per_pair, 6),
+                 "seconds_per_question": None if per_pair is None else round(per_pair * len(own) / n, 5)}
+
+
+def known_pairs(records: Sequence[Mapping[str, Any]], k: int) -> PairScores:
+    """The cross-encoder logits held by lists :func:`reranked` wrote with depth ``k`` (their first ``k`` ctxs)."""
+    return {(rec["question"], str(c["id"])): float(c["score"]) for rec in records for c in rec["ctxs"][:k]}
 
 
 def write_reranked(records: Sequence[Mapping[str, Any]], json_path: str | Path, trec_path: str | Path | None = None,
@@ -114,6 +129,8 @@ def write_reranked(records: Sequence[Mapping[str, Any]], json_path: str | Path, 
     write_results(json_path, records)
 
 
-def choose_k(per_k: Mapping[int, Mapping[str, float]], metric: str) -> int:
-    """The depth with the best dev ``metric``; ties go to the smallest depth (the cheapest to rerank)."""
-    return min(per_k, key=lambda k: (-per_k[k][metric], k))
+def choose_k(per_k: Mapping[int, Mapping[str, float]], metric: str, tolerance: float = 0.0) -> int:
+    """The smallest depth whose dev ``metric`` is within ``tolerance`` of the best depth's (reranking
+    costs linearly in K: a deeper list must earn its price); tolerance 0: the best, ties to the smaller."""
+    best = max(v[metric] for v in per_k.values())
+    return min(k for k, v in per_k.items() if v[metric] >= best - tolerance)

@@ -88,6 +88,8 @@ class TrainConfig:
     teacher_scores: str = ""             # the scores file ("": <data_dir>/<name>/teacher_scores.jsonl where needed)
     teacher_denoise: bool = False        # drop hard negatives the teacher scores above (positive - margin)
     teacher_denoise_margin: float = 0.0  # in teacher-score units, >= 0 (dpr/training/denoise.py)
+    teacher_scored_negatives: bool = True  # a loss that learns from the scores file draws hard negatives among the
+                                         # passages the teacher scored (an unscored one adds nothing to KL/Margin-MSE)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
@@ -101,6 +103,10 @@ class TrainConfig:
             raise ValueError(f"train.multi_positive must be auto, true or false; got {tc.multi_positive!r}")
         if not isinstance(tc.best_metric, str):
             raise ValueError(f"train.best_metric must be a metric name or auto, got {tc.best_metric!r}")
+        known = ("auto", "avg_rank", "mrr", *(f"top{k}" for k in tc.val_topk), "ndcg@10")
+        if tc.best_metric not in known:  # the trainer would otherwise keep the weights by a metric nobody asked for
+            raise ValueError(f"train.best_metric={tc.best_metric!r} is not a dev metric; one of {', '.join(known)} "
+                             "(top<k>: k from train.val_topk)")
         if (tc.best_metric.startswith("top") or tc.best_metric.startswith("ndcg")) and not tc.val_corpus_topk:
             raise ValueError(f"train.best_metric={tc.best_metric} needs train.val_corpus_topk=true")
         if tc.remine_skip_top >= tc.remine_depth:
@@ -119,6 +125,9 @@ class TrainConfig:
     def best_metric_for(self, kind: str) -> str:
         """``best_metric`` for a dataset of ``kind``: auto = dev nDCG@10 on qrels data (what is reported
         there; needs ``val_corpus_topk``), DPR's average rank on QA data."""
+        if self.best_metric == "ndcg@10" and kind != "qrels":
+            raise ValueError("train.best_metric=ndcg@10 needs qrels data (graded judgements); QA data has avg_rank, "
+                             "mrr and top<k>")
         if self.best_metric != "auto":
             return self.best_metric
         return "ndcg@10" if kind == "qrels" and self.val_corpus_topk else "avg_rank"

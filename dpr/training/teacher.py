@@ -15,6 +15,7 @@ scores are consistent across ranks without a gather.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -23,6 +24,8 @@ import torch
 from dpr.training.denoise import denoise_examples, write_denoise_counts
 from dpr.training.imported_scores import IMPORTED_FILE, import_teacher_scores
 from dpr.training.teacher_scores import SCORES_FILE, TeacherScores, read_teacher_scores, score_summary
+
+log = logging.getLogger(__name__)
 
 
 class BM25Teacher:
@@ -109,9 +112,32 @@ def prepare_teacher(loss, tc, dataset_root: str | Path, passages: str | Path, tr
         examples, counts = denoise_examples(examples, store, tc.teacher_denoise_margin)
         if write_counts:
             write_denoise_counts(store, tc.teacher_denoise_margin, counts)
+    if kind == "scores" and tc.teacher_scored_negatives:
+        examples = keep_scored_negatives(examples, store)
     teacher = None
     if kind == "bm25":
         teacher = BM25Teacher.for_dataset(passages, Path(dataset_root) / "bm25_index")
     elif kind == "scores":
         teacher = ScoreFileTeacher(store)
     return RunTeacher(teacher, examples, {"teacher_scores": score_summary(store.manifest)} if store else {})
+
+
+def keep_scored_negatives(examples: Sequence[dict], store: TeacherScores) -> list[dict]:
+    """Copies of ``examples`` whose hard negatives are the ones the teacher scored for that question, in
+    their mined order. A scores file usually holds each question's first few mined negatives
+    (``max_negatives``): drawing the training's hard negatives among the other 30 would leave most
+    questions with a scored positive and nothing to rank it against. A question the teacher scored no
+    negative of keeps its list (it trains on the NLL term, as an unscored pool does)."""
+    out, kept, emptied = [], 0, 0
+    for ex in examples:
+        row = store.by_question.get(ex["question"], {})
+        scored = [c for c in ex.get("hard_negative_ctxs") or [] if c["passage_id"] in row]
+        if scored:
+            out.append({**ex, "hard_negative_ctxs": scored})
+            kept += len(scored)
+        else:
+            out.append(ex)
+            emptied += 1
+    log.info("hard negatives: the %d teacher-scored ones of %d questions (%d questions without a scored "
+             "negative keep their mined list)", kept, len(out), emptied)
+    return out

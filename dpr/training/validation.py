@@ -290,7 +290,10 @@ class Validator:
                         autocast=self.autocast, return_vectors=True, passage_vectors=passage_vectors)
 
     def metric(self, metrics: dict) -> str:
-        return self.primary_metric if self.primary_metric in metrics else "avg_rank"
+        if self.primary_metric not in metrics:  # TrainConfig refuses such names: this is a bug, not a fallback
+            raise ValueError(f"train.best_metric={self.primary_metric!r}: the dev validation gave no such metric "
+                             f"(it gave {', '.join(sorted(k for k in metrics if not k.endswith('_ci95')))})")
+        return self.primary_metric
 
     def is_better(self, metric: str, value: float, best: float | None) -> bool:
         if not math.isfinite(float(value)):  # NaN compares false both ways: it must never become the best
