@@ -118,3 +118,21 @@ def test_cli_trains_validates_and_reranks_end_to_end(tiny_data_dir, tiny_model_d
                           env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "not a cross-encoder directory" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+    # teacher-scores: the trained cross-encoder's scores of each training question's positive + first 2 negatives
+    from dpr.training.teacher_scores import candidates_of, read_teacher_scores
+
+    scores = tmp_path / "ts" / "teacher_scores.jsonl"
+    proc = subprocess.run(CLI + ["teacher-scores", f"model={out}", f"data_dir={tiny_data_dir}", "data.name=tiny",
+                                 f"output={scores}", "max_negatives=2", "rerank.score.precision=fp32"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_json = tiny_data_dir / "tiny" / "train.json"
+    train = json.loads(train_json.read_text())
+    store = read_teacher_scores(scores, train_json)
+    assert store.manifest["questions"] == len(train)
+    assert all(set(store.by_question[ex["question"]]) == {c["passage_id"] for c in candidates_of(ex, 2)}
+               for ex in train)
+    proc = subprocess.run(CLI + ["teacher-scores", f"model={out}", f"output={scores}", "max_negatives=-1"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "max_negatives" in proc.stderr and "Traceback" not in proc.stderr

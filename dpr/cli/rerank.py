@@ -87,6 +87,10 @@ def _teacher_scores(cfg: DictConfig) -> None:
     from dpr.rerank.train import as_config
 
     rcfg = as_config(cfg.rerank)
+    tcfg = TeacherStageConfig(rerank=rcfg)
+    if cfg.max_negatives is not None:
+        tcfg.max_negatives = cfg.max_negatives
+    tcfg.check()  # ranges before any file is read
     if not cfg.model_path or not cfg.output:
         raise ValueError("dpr-rerank teacher-scores needs model=<cross-encoder dir> and output=<teacher_scores.jsonl>")
     if cfg.train_file:
@@ -99,10 +103,6 @@ def _teacher_scores(cfg: DictConfig) -> None:
         train = DatasetPaths.of(cfg.data_dir, cfg.data.name).train
     if not train.is_file():
         raise FileNotFoundError(f"{train}: no training file (prepare the dataset with dpr-data, mine with dpr-bm25 mine=true)")
-    tcfg = TeacherStageConfig(rerank=rcfg)
-    if cfg.max_negatives is not None:
-        tcfg.max_negatives = int(cfg.max_negatives)
-    tcfg.check()
     manifest = score_training_candidates(resolve_dir(cfg.model_path), train, Path(cfg.output), tcfg)
     print(f"dpr-rerank: {cfg.output} {json.dumps({k: manifest.get(k) for k in ('questions', 'pairs', 'teacher')})}")
 
