@@ -278,6 +278,16 @@ class Validator:
         self.q_len, self.p_len = question_max_length, passage_max_length
         self.primary_metric = primary_metric
         self.greater_is_better = greater_is_better(primary_metric)
+        # refused here, before a step is trained, rather than at the first validation
+        available = ["avg_rank", "mrr"]
+        if corpus is not None:
+            available += [f"top{k}" for k in cfg.get("val_topk", (1, 5, 20))]  # validate()'s default
+            if not use_answers and any(ex.get("qrels") for ex in self.examples):
+                available.append("ndcg@10")
+        if self.examples and primary_metric not in available:
+            raise ValueError(f"train.best_metric={primary_metric!r}: this run's dev validation computes "
+                             f"{', '.join(available)} (top<k> needs the passages file and train.val_corpus_topk, "
+                             "ndcg@10 dev examples with qrels)")
 
     def __bool__(self) -> bool:
         return bool(self.examples)
