@@ -7,12 +7,16 @@ import json
 from test_pipeline import _pipeline
 
 
+def _with_reader(tiny_model_dir, *extra: str) -> list[str]:
+    """The pipeline test's tiny run (later overrides win), reading the top 20 with a tiny reader."""
+    return ["retrieve.k=20", "encode.batch_size=8", *extra, "reader=true", f"reader_cfg.model={tiny_model_dir}",
+            "reader_cfg.max_length=64", "reader_cfg.train.max_steps=2", "reader_cfg.train.batch_size=4",
+            "reader_cfg.train.save_every=0"]
+
+
 def test_pipeline_with_reader_reports_bound_and_reader_side_by_side(tiny_data_dir, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
-    # the pipeline test's tiny run (later overrides win), reading the top 20 with a tiny reader
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "retrieve.k=20", "encode.batch_size=8",
-                     "reader=true", f"reader_cfg.model={tiny_model_dir}", "reader_cfg.max_length=64",
-                     "reader_cfg.train.max_steps=2", "reader_cfg.train.batch_size=4", "reader_cfg.train.save_every=0")
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_with_reader(tiny_model_dir))
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "eval" / "report.json").read_text())
     reader = report["reader"]
@@ -37,10 +41,8 @@ def test_with_a_teacher_the_reader_also_reads_the_reranked_lists(tiny_data_dir, 
     from test_pipeline_teacher import RERANKED, _teacher
 
     out = tmp_path / "run"
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "retrieve.k=20", "encode.batch_size=8",
-                     *_teacher(tiny_model_dir, "teacher.distill=false"),
-                     "reader=true", f"reader_cfg.model={tiny_model_dir}", "reader_cfg.max_length=64",
-                     "reader_cfg.train.max_steps=2", "reader_cfg.train.batch_size=4", "reader_cfg.train.save_every=0")
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out,
+                     *_with_reader(tiny_model_dir, *_teacher(tiny_model_dir, "teacher.distill=false")))
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "eval" / "report.json").read_text())
     assert set(report["reader"]["systems"]) == {"bm25", "dense", "hybrid", *RERANKED}

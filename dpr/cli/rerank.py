@@ -33,18 +33,7 @@ def _train(cfg: DictConfig) -> None:
     rcfg = as_config(cfg.rerank)  # range checks before any model is loaded
     if not cfg.output_dir:
         raise ValueError("dpr-rerank train needs output_dir=<dir>")
-    if cfg.train_file:
-        train = Path(cfg.train_file)
-        qrels_source = None
-    else:
-        from dpr.data.dataset import DatasetPaths
-
-        if cfg.data is None:
-            raise ValueError("dpr-rerank train needs data=<dataset> (or train_file=<DPR retriever JSON>)")
-        ds = DatasetPaths.of(cfg.data_dir, cfg.data.name)
-        train, qrels_source = ds.train, ds.dev
-    if not train.is_file():
-        raise FileNotFoundError(f"{train}: no training file (prepare the dataset with dpr-data, mine with dpr-bm25 mine=true)")
+    train, qrels_source = _training_file(cfg, "train")
     dev, qrels = None, None
     if cfg.dev_results:
         from dpr.data.results import read_results
@@ -54,6 +43,22 @@ def _train(cfg: DictConfig) -> None:
     summary = train_cross_encoder(rcfg, train, cfg.output_dir, dev=dev, dev_qrels=qrels)
     log.info("cross-encoder: %s (%d steps, %.0f s); best %s", summary["model_dir"], summary["steps"],
              summary["seconds"], json.dumps(summary["best"]) if summary["best"] else "-")
+
+
+def _training_file(cfg: DictConfig, command: str) -> tuple[Path, Path | None]:
+    """``(train.json, the dataset's dev.json or None)``: ``train_file=`` as given, else the dataset's."""
+    if cfg.train_file:
+        train, dev = Path(cfg.train_file), None
+    else:
+        from dpr.data.dataset import DatasetPaths
+
+        if cfg.data is None:
+            raise ValueError(f"dpr-rerank {command} needs data=<dataset> (or train_file=<DPR retriever JSON>)")
+        ds = DatasetPaths.of(cfg.data_dir, cfg.data.name)
+        train, dev = ds.train, ds.dev
+    if not train.is_file():
+        raise FileNotFoundError(f"{train}: no training file (prepare the dataset with dpr-data, mine with dpr-bm25 mine=true)")
+    return train, dev
 
 
 def _dev_qrels(dev: list[dict], dev_json: Path | None) -> dict | None:
@@ -93,16 +98,7 @@ def _teacher_scores(cfg: DictConfig) -> None:
     tcfg.check()  # ranges before any file is read
     if not cfg.model_path or not cfg.output:
         raise ValueError("dpr-rerank teacher-scores needs model=<cross-encoder dir> and output=<teacher_scores.jsonl>")
-    if cfg.train_file:
-        train = Path(cfg.train_file)
-    else:
-        from dpr.data.dataset import DatasetPaths
-
-        if cfg.data is None:
-            raise ValueError("dpr-rerank teacher-scores needs data=<dataset> (or train_file=<DPR retriever JSON>)")
-        train = DatasetPaths.of(cfg.data_dir, cfg.data.name).train
-    if not train.is_file():
-        raise FileNotFoundError(f"{train}: no training file (prepare the dataset with dpr-data, mine with dpr-bm25 mine=true)")
+    train, _ = _training_file(cfg, "teacher-scores")
     manifest = score_training_candidates(resolve_dir(cfg.model_path), train, Path(cfg.output), tcfg)
     print(f"dpr-rerank: {cfg.output} {json.dumps({k: manifest.get(k) for k in ('questions', 'pairs', 'teacher')})}")
 
