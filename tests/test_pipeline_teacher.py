@@ -282,3 +282,15 @@ def test_teacher_rounds_score_each_remined_file_and_distil_from_it(tiny_data_dir
         assert set(store.by_question[ex["question"]]) == {c["passage_id"] for c in candidates_of(ex, 2)}
     round1 = json.loads((out / "rounds" / "round1" / "model" / "train_summary.json").read_text())
     assert round1["config"]["train"]["teacher_scores"] == str(out / "teacher" / "teacher_scores.jsonl")
+
+
+def test_denoising_follows_distillation_unless_set():
+    from dpr.rerank.stage_config import TeacherStageConfig
+
+    assert TeacherStageConfig().denoises and TeacherStageConfig().needs_scores
+    # distill=false keeps the default's contrastive training: no scores, no denoising
+    assert not TeacherStageConfig(distill=False).denoises and not TeacherStageConfig(distill=False).needs_scores
+    assert TeacherStageConfig(distill=False, denoise=True).needs_scores
+    assert not TeacherStageConfig(denoise=False).denoises
+    with pytest.raises(ValueError, match="teacher_cfg.denoise='yes': must be auto, true or false"):
+        TeacherStageConfig.from_dict({"denoise": "yes"})

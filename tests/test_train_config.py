@@ -214,3 +214,6 @@ def test_the_validator_never_swaps_a_missing_primary_metric_for_another():
     with pytest.raises(ValueError, match="best_metric='ndcg@10'.*computes avg_rank, mrr, top1, top5 "):
         Validator(None, dev, corpus=(["p"], ["t"], [""]), primary_metric="ndcg@10", **kw)  # QA data: no nDCG
     assert Validator(None, dev, corpus=(["p"], ["t"], [""]), primary_metric="top5", **kw).primary_metric == "top5"
+    # qrels data: nDCG@10 exists even where the dev examples carry positives only (grade 1)
+    qrels_kw = {**kw, "use_answers": False}
+    assert Validator(None, dev, corpus=(["p"], ["t"], [""]), primary_metric="ndcg@10", **qrels_kw)

@@ -81,14 +81,9 @@ class TeacherRun:
         when the training reads no scores."""
         if self.tcfg is None:
             return None
-        from dpr.training.teacher_scores import SCORES_FILE, manifest_path
 
         def run(r: int, train_file: Path, round_dir: Path) -> Path:
-            scores = round_dir / SCORES_FILE
-            stages.run(f"teacher_scores_round{r}",
-                       lambda: score_training_candidates(self.teacher_dir, train_file, scores, self.tcfg),
-                       outputs=[scores, manifest_path(scores)], inputs=[train_file, self.teacher_dir],
-                       params={"max_negatives": self.tcfg.max_negatives, "precision": self.tcfg.rerank.score.precision})
+            scores = scores_stage(stages, f"teacher_scores_round{r}", self.teacher_dir, train_file, round_dir, self.tcfg)
             self.notes.setdefault("round_scores", {})[str(r)] = str(scores)
             return scores
 
@@ -146,22 +141,28 @@ def run_teacher(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunne
             params={"rerank": rcfg.as_dict()},
         )
     notes: dict = {"cross_encoder": str(teacher_dir), "trained_here": not tcfg.model, "distilled": tcfg.distill,
-                   "loss": tcfg.loss if tcfg.distill else None, "denoise": tcfg.denoise}
+                   "loss": tcfg.loss if tcfg.distill else None, "denoise": tcfg.denoises}
     if not tcfg.needs_scores:
         return TeacherRun(teacher_dir, cfg, [], notes)
 
-    from dpr.training.teacher_scores import SCORES_FILE, manifest_path
-
-    scores = out / "teacher" / SCORES_FILE
-    stages.run(
-        "teacher_scores", lambda: score_training_candidates(teacher_dir, ds.train, scores, tcfg),
-        outputs=[scores, manifest_path(scores)], inputs=[ds.train, teacher_dir],
-        params={"max_negatives": tcfg.max_negatives, "precision": rcfg.score.precision},
-    )
+    scores = scores_stage(stages, "teacher_scores", teacher_dir, ds.train, out / "teacher", tcfg)
     notes["scores"] = str(scores)
-    if tcfg.denoise:
+    if tcfg.denoises:
         notes["denoise_margin"] = tcfg.denoise_margin
     return TeacherRun(teacher_dir, distill_config(cfg, tcfg, scores), [scores], notes, tcfg)
+
+
+def scores_stage(stages: StageRunner, name: str, teacher_dir: Path, train_json: Path, out_dir: Path,
+                 tcfg: TeacherStageConfig) -> Path:
+    """The stage ``name`` writing the teacher's scores of ``train_json``'s candidates into
+    ``out_dir/teacher_scores.jsonl`` (skipped when up to date); returns that path."""
+    from dpr.training.teacher_scores import SCORES_FILE, manifest_path
+
+    scores = out_dir / SCORES_FILE
+    stages.run(name, lambda: score_training_candidates(teacher_dir, train_json, scores, tcfg),
+               outputs=[scores, manifest_path(scores)], inputs=[train_json, teacher_dir],
+               params={"max_negatives": tcfg.max_negatives, "precision": tcfg.rerank.score.precision})
+    return scores
 
 
 def score_training_candidates(teacher_dir: Path, train_json: Path, scores: Path, tcfg: TeacherStageConfig) -> dict:
@@ -204,7 +205,7 @@ def distill_config(cfg: DictConfig, tcfg: TeacherStageConfig, scores: Path) -> D
     new.train.teacher_scores = str(scores)
     if tcfg.distill and tcfg.hard_negatives > 0:
         new.train.hard_negatives = int(tcfg.hard_negatives)
-    new.train.teacher_denoise = bool(tcfg.denoise)
+    new.train.teacher_denoise = tcfg.denoises
     new.train.teacher_denoise_margin = float(tcfg.denoise_margin)
     return new
 
@@ -218,11 +219,13 @@ def _distill_loss(tcfg: TeacherStageConfig) -> DictConfig:
     if not path.is_file():
         known = sorted(p.stem for p in (conf_dir() / "loss").glob("*.yaml"))
         raise ValueError(f"teacher_cfg.loss={tcfg.loss!r}: no {path}; known: {', '.join(known)}")
-    loss = OmegaConf.merge(OmegaConf.load(path), OmegaConf.create(dict(tcfg.loss_args)))
-    built = build_loss(_plain(loss))
-    if getattr(built, "teacher", None) != "scores":
+    base = OmegaConf.load(path)
+    # the kind of loss first (the default loss_args are kl_distill's and mean nothing to a loss without a teacher)
+    if getattr(build_loss(_plain(base)), "teacher", None) != "scores":
         raise ValueError(f"teacher_cfg.loss={tcfg.loss!r} does not learn from a teacher's scores "
                          "(its class declares no teacher = \"scores\"); use kl_distill or margin_mse")
+    loss = OmegaConf.merge(base, OmegaConf.create(dict(tcfg.loss_args)))
+    build_loss(_plain(loss))  # the arguments, checked before any stage runs
     return loss
 
 
@@ -278,7 +281,7 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
     runs: dict[str, Path] = {}
     notes: dict = {"metric": f"{metric} on dev", "k_grid": list(tcfg.k_grid), "cross_encoder": str(tdir),
                    "systems": {}}
-    done: list[tuple[Path, int]] = []  # the systems reranked so far: their lists hold logits to reuse
+    done: list[tuple[Path, int, float | None]] = []  # systems reranked so far: list, depth, seconds per pair
     for name in FIRST_STAGES:
         k = int(choice["systems"][name]["k"])
         sdir = rdir / name
@@ -295,13 +298,13 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
             # a pair's logit depends on the teacher and the pair only (this run's teacher: the stages
             # before this one are up to date with it), so the other systems' reranked lists are a cache
             known: dict = {}
-            for path, depth in before:
+            for path, depth, _ in before:
                 known.update(known_pairs(read_results(path), depth))
             recs, stats = timed_rerank(model, tok, settings, texts.records(test), k, batch_size=s.batch_size,
                                        precision=s.precision, known=known)
             if stats["seconds_per_question"] is None:  # every pair was reused: price them at the others' rate
-                rates = [json.loads((p.parent / "stats.json").read_text())["seconds_per_pair"] for p, _ in before]
-                rate = sum(r for r in rates if r) / max(1, sum(1 for r in rates if r))
+                rates = [r for _, _, r in before if r]
+                rate = sum(rates) / max(1, len(rates))
                 stats["seconds_per_question"] = round(rate * stats["pairs"] / max(1, stats["questions"]), 5)
             write_reranked(recs, json_out, trec_out if qrels_data else None, tag=f"{name}_rerank{k}")
             write_json_atomic(stats_file, {**stats, "first_stage": str(test)})
@@ -310,7 +313,7 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
         stages.run(f"rerank_{name}", rerank_test, outputs=outputs, inputs=[test, tdir, *texts.inputs()],
                    params={"k": k, **score_params})
         stats = json.loads(stats_file.read_text())
-        done.append((json_out, k))
+        done.append((json_out, k, stats.get("seconds_per_pair")))
         runs[name + SUFFIX] = trec_out if qrels_data else json_out
         sysc = choice["systems"][name]
         notes["systems"][name + SUFFIX] = {

@@ -27,7 +27,8 @@ class TeacherStageConfig:
     # KL + DPR's NLL with denoising: the best of the dev ablation (docs/results/teacher.md); KL or Margin-MSE
     # alone made the model worse than untrained on squad1_open dev
     loss_args: Dict[str, Any] = field(default_factory=lambda: {"nll_weight": 1.0})  # overrides of that loss's keys
-    denoise: bool = True               # drop mined negatives the teacher scores above (positive - denoise_margin)
+    denoise: Any = "auto"              # drop mined negatives the teacher scores above (positive - denoise_margin):
+                                       # auto = when distilling (distill=false keeps the default's contrastive model)
     denoise_margin: float = 0.0
     max_negatives: int = 3             # candidates the teacher scores per question: positives + the first N mined negatives
                                        # (0: all; squad1_open: 3 -> 32k pairs, 3 min in bf16 on 2 cores; all 30 -> 26 min)
@@ -53,6 +54,8 @@ class TeacherStageConfig:
         if isinstance(self.k_tolerance, bool) or not (isinstance(self.k_tolerance, (int, float))
                                                           and 0 <= self.k_tolerance <= 1):
             raise ValueError(f"teacher_cfg.k_tolerance={self.k_tolerance!r}: must be a number in [0, 1]")
+        if self.denoise not in ("auto", True, False):
+            raise ValueError(f"teacher_cfg.denoise={self.denoise!r}: must be auto, true or false")
         if not (isinstance(self.denoise_margin, (int, float)) and self.denoise_margin >= 0):
             raise ValueError(f"teacher_cfg.denoise_margin={self.denoise_margin!r}: must be a number >= 0")
         for key in ("max_negatives", "hard_negatives", "chunk_size"):
@@ -65,7 +68,12 @@ class TeacherStageConfig:
     @property
     def needs_scores(self) -> bool:
         """Distillation and denoising read the teacher's scores of the training candidates."""
-        return self.distill or self.denoise
+        return self.distill or self.denoises
+
+    @property
+    def denoises(self) -> bool:
+        """``denoise`` resolved: auto follows ``distill``."""
+        return self.distill if self.denoise == "auto" else bool(self.denoise)
 
 
 def register_schema() -> None:

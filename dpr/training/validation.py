@@ -176,7 +176,9 @@ def corpus_topk_accuracy(
     q = question_vectors
     if q is None:
         q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
-    graded = not use_answers and any(ex.get("qrels") for ex in examples)
+    # qrels data: nDCG@10, from each example's qrels or else its positives (grade 1), so the metric the
+    # trainer keeps weights by on such data always exists
+    graded = not use_answers
     kmax = min(max(ks), len(ids))
     depth = min(max(kmax, 10), len(ids)) if graded else kmax  # one ranking serves top-k and nDCG@10
     ndcg = torch.zeros(len(examples), dtype=torch.float64)
@@ -282,12 +284,12 @@ class Validator:
         available = ["avg_rank", "mrr"]
         if corpus is not None:
             available += [f"top{k}" for k in cfg.get("val_topk", (1, 5, 20))]  # validate()'s default
-            if not use_answers and any(ex.get("qrels") for ex in self.examples):
+            if not use_answers:
                 available.append("ndcg@10")
         if self.examples and primary_metric not in available:
             raise ValueError(f"train.best_metric={primary_metric!r}: this run's dev validation computes "
                              f"{', '.join(available)} (top<k> needs the passages file and train.val_corpus_topk, "
-                             "ndcg@10 dev examples with qrels)")
+                             "ndcg@10 qrels data)")
 
     def __bool__(self) -> bool:
         return bool(self.examples)
