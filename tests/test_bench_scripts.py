@@ -97,8 +97,8 @@ def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     assert rows["ours-fused-adamw"]["levers"] == ["train.precision=fp32", "train.optimizer_impl=fused"]
     assert rows["ours"]["levers"] == ["train.precision=fp32"]
     assert rep["ratio_levers"]["fused-adamw"]["vs_peer_default"] > 0
-    # the same weights, batches and update: fused AdamW's losses are ours up to rounding
-    assert rows["ours-fused-adamw"]["last_loss"] == pytest.approx(rows["ours"]["last_loss"], abs=1e-3)
+    # (no loss comparison here: the rows step in turn in train mode, so each one's dropout draws differ;
+    # fused = plain step for step is tests/test_optim_impl.py's)
 
 
 def _train_bench(name: str, tiny_model_dir, tiny_data_dir, out) -> dict:
