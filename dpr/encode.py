@@ -10,9 +10,14 @@ the hardware has it.
 Runtime: ``runtime=auto`` (default: ``onnx`` where the encode runs in fp32 on an AVX-512 CPU, else torch), ``torch`` or ``onnx`` (`dpr.models.onnx_runtime`: the passage tower exported
 once, cached by the model's fingerprint, run by ONNX Runtime on the CPU in fp32).
 
+Weights: ``weights=auto`` (default, = fp32: fp32 weights under ``autocast``, today's path), ``fp32`` or
+``bf16`` (`dpr.models.weights`: the weights cast to bf16 once, no autocast).
+
 Resuming: a shard whose manifest exists and matches (content fingerprints of the model and the
-passages file, `dpr.index.fingerprint`; dtype, max length, range, quantize, runtime) is skipped.
-Anything else is redone from scratch: files are written under temp names (``.shard_*.tmp``) and
+passages file, `dpr.index.fingerprint`; dtype, max length, range, quantize, runtime, weights) is skipped.
+Finished shards written with another ``weights`` setting are refused (one error naming the manifest):
+bf16-weight and fp32-weight vectors differ by more than float rounding, and one index must not mix
+them. Anything else is redone from scratch: files are written under temp names (``.shard_*.tmp``) and
 renamed at the end, manifest last, so a killed run leaves nothing that looks finished and never
 duplicates a passage.
 
@@ -32,6 +37,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dpr.checks import INT32_MAX, MAX_BATCH, MAX_SHARDS, check_int, check_max_length, check_optional_int
+from dpr.errors import DataError
 from dpr.index.fingerprint import model_fingerprint, passages_fingerprint
 from dpr.index.shards import ShardFiles, check_shard, commit_shard, shard_range, shards_for_rank
 
@@ -82,12 +88,13 @@ def _expected_manifest(files_count: int, start: int, end: int, shard_id: int, nu
 
 
 def _common_manifest(model_path: str | Path, passages_path: Path, total: int, dtype: str, max_length: int | None,
-                     quantize: str, runtime: str) -> dict:
+                     quantize: str, runtime: str, weights: str = "fp32") -> dict:
     """What every shard's manifest records about the run (what a finished shard must match to be reused)."""
     model_id = str(Path(model_path).resolve()) if Path(str(model_path)).is_dir() else str(model_path)
     return {"model": model_id, "model_fingerprint": model_fingerprint(model_path),
             "passages": passages_signature(passages_path), "passages_sha256": passages_fingerprint(passages_path),
-            "total": total, "dtype": dtype, "max_length": max_length, "quantize": quantize, "runtime": runtime}
+            "total": total, "dtype": dtype, "max_length": max_length, "quantize": quantize, "runtime": runtime,
+            "weights": weights}
 
 
 def _is_finished(files: ShardFiles, expected: dict) -> bool:
@@ -95,9 +102,28 @@ def _is_finished(files: ShardFiles, expected: dict) -> bool:
     if manifest is None:
         return False
     keys = ("shard_id", "num_shards", "start", "end", "total", "count", "dtype", "model_fingerprint",
-            "passages_sha256", "max_length", "quantize", "runtime")
-    # Shards written before the runtime was recorded were encoded by torch.
-    return all(manifest.get(k, "torch" if k == "runtime" else None) == expected.get(k) for k in keys)
+            "passages_sha256", "max_length", "quantize", "runtime", "weights")
+    # Shards written before the runtime / weights were recorded were encoded by torch from fp32 weights.
+    return all(manifest.get(k, _RECORDED_LATER.get(k)) == expected.get(k) for k in keys)
+
+
+# Manifest keys added after shards were first written, and the value older shards had.
+_RECORDED_LATER = {"runtime": "torch", "weights": "fp32"}
+
+
+def _refuse_mixed_weights(out: Path, num_shards: int, weights: str) -> None:
+    """A finished shard of this run's layout written with another ``weights`` setting: refuse the resume
+    (one index of bf16-weight and fp32-weight vectors would rank by two different encoders)."""
+    for i in range(num_shards):
+        files = ShardFiles.of(out, i, num_shards)
+        if not files.manifest.exists():
+            continue
+        manifest = check_shard(files)
+        old = (manifest or {}).get("weights", _RECORDED_LATER["weights"])
+        if manifest is not None and old != weights:
+            raise DataError(files.manifest, f"shard written with weights={old}, this run encodes with "
+                            f"weights={weights}: one index must not mix them; rerun with weights={old}, or "
+                            "use another output_dir (or delete these shards)", field="weights")
 
 
 def _remove_temps(files: ShardFiles) -> None:
@@ -130,6 +156,7 @@ def encode_corpus(
     device: str | None = None,
     max_length: int | None = None,
     chunk_size: int = DEFAULT_CHUNK,
+    weights: str | None = "auto",
     cache_dir: str | Path | None = None,
     progress: bool = True,
 ) -> Path:
@@ -144,7 +171,8 @@ def encode_corpus(
     AVX-512 CPU; the graph is cached under
     ``<cache_dir>/onnx``, default the data cache's); ``device`` defaults to cuda:LOCAL_RANK when CUDA is
     available and the runtime is torch, else CPU; ``cache_dir`` also holds the Arrow copy of the passages
-    (default: datasets' cache).
+    (default: datasets' cache); ``weights`` "auto" (= fp32) | "fp32" | "bf16" (`dpr.models.weights`: bf16
+    weights replace autocast; recorded in the manifests, and a resume with another setting is refused).
     """
     from dpr.data.passages import load_passages
 
@@ -157,19 +185,23 @@ def encode_corpus(
     check_max_length(max_length)  # the model's own bound once it is loaded, before anything is encoded
     from dpr.models.onnx_runtime import require_onnxruntime, resolve_runtime
     from dpr.models.quantize import quantize_for_inference, resolve_quantize
+    from dpr.models.weights import cast_weights, inference_autocast, resolve_weights
 
     quantize = resolve_quantize(quantize)  # validated before any work; the device is checked once known
-    runtime = resolve_runtime(runtime, device, autocast, quantize)  # auto: onnx for fp32 on an AVX-512 CPU
+    weights = resolve_weights(weights, device, autocast, quantize, str(runtime or "torch").lower())
+    # auto: onnx for fp32 on an AVX-512 CPU (bf16 weights are no fp32 encode)
+    runtime = resolve_runtime(runtime, device, autocast if weights == "fp32" else "bf16", quantize)
     if runtime == "onnx":
         require_onnxruntime()  # an explicit onnx on an install without it: one line, before any work
     todo_ids = assigned_shards(int(num_shards), shard_id)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_other_runs(out, int(num_shards))
+    _refuse_mixed_weights(out, int(num_shards), weights)
     passages_path = Path(passages_path)
     ds = load_passages(passages_path, cache_dir=cache_dir)
     total = len(ds)
-    common = _common_manifest(model_path, passages_path, total, dtype, max_length, quantize, runtime)
+    common = _common_manifest(model_path, passages_path, total, dtype, max_length, quantize, runtime, weights)
 
     pending = []
     for i in todo_ids:
@@ -193,7 +225,8 @@ def encode_corpus(
     model, tokenizer = load_biencoder(str(model_path))
     check_max_length(max_length, model.passage_encoder)
     model.to(dev)
-    model = quantize_for_inference(model, quantize, dev)
+    model = cast_weights(quantize_for_inference(model, quantize, dev), weights)
+    autocast = inference_autocast(weights, autocast)
     if quantize == "int8":
         autocast = "off"  # int8 kernels take fp32 activations
     runner = None
@@ -255,13 +288,13 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
                  vectors: np.ndarray, *, computed_with: dict, num_shards: int = 1, batch_size: int = 64,
                  dtype: str = "float16", autocast: str | None = "auto", quantize: str | None = "auto",
                  runtime: str | None = "auto", device: str | None = None, max_length: int | None = None,
-                 cache_dir: str | Path | None = None) -> bool:
+                 cache_dir: str | Path | None = None, weights: str | None = "auto") -> bool:
     """Store corpus vectors computed elsewhere (the trainer's validation of the weights it saved) as the
     finished shard that ``encode_corpus`` with the same arguments would write, so that call then skips
     the encoding (~2 minutes per 3,500 passages on 2 CPU cores). Returns whether it wrote.
 
     Only vectors that are what ``encode_corpus`` would compute are stored: one shard, the torch runtime
-    without quantization, the same device type, autocast dtype and max length (``computed_with``:
+    without quantization from fp32 weights, the same device type, autocast dtype and max length (``computed_with``:
     ``device``, ``autocast``, ``max_length`` of the vectors), every passage's id in file order. Anything
     else returns False and ``encode_corpus`` encodes as usual (batch order may differ: the same model and
     precision up to float rounding).
@@ -275,18 +308,20 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
     from dpr.models.inference import autocast_dtype
     from dpr.models.onnx_runtime import resolve_runtime
     from dpr.models.quantize import resolve_quantize
+    from dpr.models.weights import resolve_weights
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     check_max_length(max_length)
     quantize = resolve_quantize(quantize)
-    runtime = resolve_runtime(runtime, device, autocast, quantize)
+    weights = resolve_weights(weights, device, autocast, quantize, str(runtime or "torch").lower())
+    runtime = resolve_runtime(runtime, device, autocast if weights == "fp32" else "bf16", quantize)
     dev = device or str(default_device())
     saved = read_biencoder_config(model_path)
     want_length = max_length if max_length is not None else saved.passage_max_length
     why = None
-    if num_shards != 1 or runtime != "torch" or quantize != "none":
-        why = f"num_shards={num_shards}, runtime={runtime}, quantize={quantize}"
+    if num_shards != 1 or runtime != "torch" or quantize != "none" or weights != "fp32":
+        why = f"num_shards={num_shards}, runtime={runtime}, quantize={quantize}, weights={weights}"
     elif torch.device(dev).type != torch.device(computed_with["device"]).type or \
             autocast_dtype(dev, autocast) != autocast_dtype(computed_with["device"], computed_with["autocast"]):
         why = f"encode on {dev} with autocast {autocast}, vectors from {computed_with['device']} with " \
@@ -306,7 +341,7 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_other_runs(out, 1)
-    common = _common_manifest(model_path, Path(passages_path), len(ids), dtype, max_length, quantize, runtime)
+    common = _common_manifest(model_path, Path(passages_path), len(ids), dtype, max_length, quantize, runtime, weights)
     normalized = saved.similarity == "cosine"
     # the manifest encode_corpus writes (_expected_manifest: shard 0 of 1, rows 0..N), plus where it came from
     write_shard(out, 0, 1, arr, list(ids), start=0, end=len(ids), **common, normalized=normalized, seconds=0.0,

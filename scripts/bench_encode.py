@@ -16,7 +16,12 @@ of ``--repeat``) so load from other jobs drifts over all of them alike:
 - int8: ours with dynamic int8 ``nn.Linear`` (`dpr.models.quantize`); the peer has no torch int8 path;
 - levers in fp32, system ``ours-onnx``: our passage tower in ONNX Runtime (`dpr.models.onnx_runtime`,
   ``encode.runtime=onnx``; questions stay torch, as at retrieve time), and ``sentence-transformers-onnx``:
-  its ``backend="onnx"`` (needs ``optimum``; skipped, with the reason in ``skipped``, where it is missing).
+  its ``backend="onnx"`` (needs ``optimum``; skipped, with the reason in ``skipped``, where it is missing);
+- ``ours-bf16-weights`` (where the bf16 rows run): the encoder's weights cast to bf16 once, no autocast
+  (`dpr.models.weights`, ``encode.weights=bf16``), with its min cosine against our bf16 autocast vectors too
+  (``cosine_min_vs_ours_bf16``: the lever's quality bar is >= 0.99 there and an unchanged top-20).
+
+Every row lists the config keys it sets in ``levers`` (empty: the defaults of its system in that precision).
 
 MFU (ours): FLOPs from the model config (`dpr.perf.flops`) over the padded batch shapes our encoder
 actually computes on, divided by time and by the matmul peak this script measures in that precision
@@ -51,6 +56,14 @@ sys.path.insert(0, str(REPO))
 from bench_data import find_dataset  # noqa: E402  (scripts/ is on sys.path when run as a script)
 
 log = logging.getLogger("bench_encode")
+
+
+# The config keys each row sets (its levers); rows not listed set none.
+LEVERS = {("ours", "fp32"): ["encode.autocast=off"], ("ours", "bf16"): ["encode.autocast=bf16"],
+          ("ours", "int8"): ["encode.quantize=int8"], ("ours-onnx", "fp32"): ["encode.runtime=onnx"],
+          ("ours-bf16-weights", "bf16"): ["encode.weights=bf16"],
+          ("sentence-transformers", "bf16"): ["torch.autocast(bfloat16)"],
+          ("sentence-transformers-onnx", "fp32"): ['backend="onnx"']}
 
 
 def best_times(fns: dict, repeat: int, clock=time.perf_counter) -> dict[str, tuple[float, object]]:
@@ -144,6 +157,7 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.models.inference import batch_positions, tokenize_batch
     from dpr.models.onnx_runtime import resolve_runtime
     from dpr.models.quantize import quantize_for_inference
+    from dpr.models.weights import cast_weights
     from dpr.perf import cpu_supports_bf16, matmul_peak_gflops, mfu, total_flops
     from dpr.perf.report import bench_report, format_table, row
 
@@ -173,6 +187,12 @@ def main(argv: list[str] | None = None) -> dict:
     for p in precisions:
         fns[("ours", p)] = ours("off" if p == "fp32" else "bf16")
         fns[(peer, p)] = theirs(p)
+    bf16_model = None
+    if bf16:  # the bf16-weights lever: one cast, then no autocast (every op in bf16)
+        import copy
+
+        bf16_model = cast_weights(copy.deepcopy(model), "bf16")
+        fns[("ours-bf16-weights", "bf16")] = ours("off", bf16_model)
     int8_model = None
     if not args.no_int8:
         int8_model = quantize_for_inference(model, "int8")
@@ -199,7 +219,12 @@ def main(argv: list[str] | None = None) -> dict:
     for (system, p), (secs, vecs) in timed.items():
         cos = (unit(vecs) * unit(ref)).sum(1)
         m = mfu(flops, secs, peaks.get(p)) if system.startswith("ours") else None  # same padded shapes
-        out_rows.append(row(system, p, n / secs, m, cosine_min_vs_ours_fp32=round(float(cos.min()), 5)))
+        extra_cos = {}
+        if system == "ours-bf16-weights":
+            extra_cos["cosine_min_vs_ours_bf16"] = round(float((unit(vecs) * unit(timed[("ours", "bf16")][1]))
+                                                               .sum(1).min()), 5)
+        out_rows.append(row(system, p, n / secs, m, cosine_min_vs_ours_fp32=round(float(cos.min()), 5),
+                            levers=LEVERS.get((system, p), []), **extra_cos))
 
     if args.qa:
         from dpr.data.qa import read_qa_tsv
@@ -216,7 +241,9 @@ def main(argv: list[str] | None = None) -> dict:
         hits = np.array([f for _, f in pairs]).reshape(len(pairs), n)
         for r in out_rows:
             p = r["precision"]
-            if r["system"].startswith("ours"):  # ours-onnx: questions in torch fp32, as dpr-retrieve does
+            if r["system"] == "ours-bf16-weights":  # questions from the bf16 weights too, as dpr-retrieve's
+                q = encode_texts(bf16_model, tok, questions, "question", batch_size=bs, autocast="off").numpy()
+            elif r["system"].startswith("ours"):  # ours-onnx: questions in torch fp32, as dpr-retrieve does
                 m = int8_model if p == "int8" else model
                 q = encode_texts(m, tok, questions, "question", batch_size=bs,
                                  autocast="bf16" if p == "bf16" else "off").numpy()

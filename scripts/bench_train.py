@@ -19,7 +19,9 @@ Rows (the JSON interface of `dpr.perf.report`, ``--json``): ours and the peer in
 where the CPU has native bf16 (``--no-bf16`` / ``DPR_NO_BF16=1`` pretends it has not); each row trains
 its own copy from the same weights, all rows step in turn. MFU (ours): 3 × the forward FLOPs of the
 padded question and passage batches each step computes on (`dpr.perf.flops`), over the step time and
-the matmul peak measured here in that precision (`dpr.perf.peak`).
+the matmul peak measured here in that precision (`dpr.perf.peak`). ``ours-fused-adamw``: ours in the default
+precision with ``train.optimizer_impl=fused`` (one fused AdamW kernel; the default is foreach). Every row lists
+the config keys it sets in ``levers``.
 
     .venv/bin/python scripts/bench_train.py --json bench_train.json          # 10 steps each, batch 16, H=1
     .venv/bin/python scripts/bench_train.py --steps 30 --batch-size 32 --json bench_train.json
@@ -113,11 +115,11 @@ def main(argv: list[str] | None = None) -> dict:
     per_epoch = batches.num_batches(0)
     plan = [(i // per_epoch, i % per_epoch) for i in range(args.steps)]
 
-    def make_ours(precision: str):
+    def make_ours(precision: str, impl: str = "auto"):
         torch.manual_seed(args.seed)
         model = load_biencoder(args.model, **model_kw)[0]
         model.train()
-        opt = build_optimizer(model, args.lr, 0.01)
+        opt = build_optimizer(model, args.lr, 0.01, impl=impl)
         sched = linear_schedule(opt, 0, args.steps)
         scaler = torch.amp.GradScaler("cpu", enabled=False)
         autocast, loss, outputs = _autocast(precision, device), SoftmaxNLLLoss(), []
@@ -167,6 +169,10 @@ def main(argv: list[str] | None = None) -> dict:
     for p in precisions:
         sides[("ours", p)] = make_ours(p)
         sides[(peer, p)] = make_st(p)
+    sides[("ours-fused-adamw", default)] = make_ours(default, impl="fused")
+    levers = {("ours", "bf16"): ["train.precision=bf16"], ("ours", "fp32"): ["train.precision=fp32"],
+              ("ours-fused-adamw", default): [f"train.precision={default}", "train.optimizer_impl=fused"],
+              (peer, "bf16"): ["torch.autocast(bfloat16)"]}
     res = {key: {"times": [], "losses": [], "flops": []} for key in sides}
     for i, (epoch, b) in enumerate(plan):
         items = batches.items(epoch, b)
@@ -184,9 +190,10 @@ def main(argv: list[str] | None = None) -> dict:
     for (system, p), side in res.items():
         timed = slice(1, None) if len(side["times"]) > 1 else slice(None)  # the first step pays kernel set-up
         secs = sum(side["times"][timed])
-        flops = sum(side["flops"][timed]) if system == "ours" else 0
+        ours = system.startswith("ours")
+        flops = sum(side["flops"][timed]) if ours else 0
         rows.append(row(system, p, batch_size * len(side["times"][timed]) / secs,
-                        mfu(flops, secs, peaks.get(p)) if system == "ours" else None,
+                        mfu(flops, secs, peaks.get(p)) if ours else None, levers=levers.get((system, p), []),
                         median_step_s=round(sorted(side["times"][timed])[len(side["times"][timed]) // 2], 3),
                         first_loss=round(side["losses"][0], 4), last_loss=round(side["losses"][-1], 4),
                         mean_loss=round(sum(side["losses"]) / len(side["losses"]), 4)))

@@ -60,6 +60,28 @@ def test_bench_encode_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch,
     assert onnx_row[0]["top20_equal_ours_fp32"] is True and rep["ratio_levers"]["onnx"]["vs_peer_default"] > 0
     assert rep["ratio"]["bf16"] is None and rep["peak_gflops"]["bf16"] is None
     assert all(r["top20_equal_ours_fp32"] is not None for r in rep["rows"])
+    assert "bf16-weights" not in rep["ratio_levers"]  # no bf16 rows on a CPU without bf16
+    assert {r["system"]: r["levers"] for r in rep["rows"] if r["system"].startswith("ours")}["ours-onnx"] == [
+        "encode.runtime=onnx"]
+
+
+def test_bench_encode_bf16_weights_row(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
+    """Where the bf16 rows run (DPR_FORCE_BF16: emulated bf16 on any CPU), the bf16-weights lever is a row of its
+    own, compared with our bf16 autocast vectors."""
+    monkeypatch.delenv("DPR_NO_BF16", raising=False)
+    monkeypatch.setenv("DPR_FORCE_BF16", "1")
+    out = tmp_path / "encode.json"
+    _script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
+                                  "--dataset", "tiny", "--n", "8", "--qa", "4", "--repeat", "1", "--peak-n", "64",
+                                  "--no-corpus", "--no-int8", "--no-onnx", "--json", str(out)])
+    rep = json.loads(out.read_text())
+    _check(rep, {"fp32", "bf16"})
+    (lever,) = [r for r in rep["rows"] if r["system"] == "ours-bf16-weights"]
+    assert lever["precision"] == "bf16" and lever["levers"] == ["encode.weights=bf16"]
+    assert lever["cosine_min_vs_ours_bf16"] >= 0.99 and lever["top20"] is not None
+    assert rep["ratio_levers"]["bf16-weights"]["vs_peer_default"] > 0
+    assert rep["ratio_levers"]["bf16-weights"]["vs_peer_same_lever"] is None  # the peer has no such lever
+    assert rep["ratio"]["bf16"] > 0 and rep["ours_default"] == "bf16"  # the default stays autocast
 
 
 def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
@@ -69,7 +91,14 @@ def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     _script("bench_train").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
                                  "--data", "tiny", "--steps", "2", "--batch-size", "4", "--peak-n", "64",
                                  "--no-bf16", "--json", str(out)])
-    _check(json.loads(out.read_text()), {"fp32"})
+    rep = json.loads(out.read_text())
+    _check(rep, {"fp32"})
+    rows = {r["system"]: r for r in rep["rows"]}
+    assert rows["ours-fused-adamw"]["levers"] == ["train.precision=fp32", "train.optimizer_impl=fused"]
+    assert rows["ours"]["levers"] == ["train.precision=fp32"]
+    assert rep["ratio_levers"]["fused-adamw"]["vs_peer_default"] > 0
+    # (no loss comparison here: the rows step in turn in train mode, so each one's dropout draws differ;
+    # fused = plain step for step is tests/test_optim_impl.py's)
 
 
 def _train_bench(name: str, tiny_model_dir, tiny_data_dir, out) -> dict:

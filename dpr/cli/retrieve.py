@@ -68,7 +68,7 @@ def _run(cfg: DictConfig) -> None:
         cfg.model_path, cfg.index_path, cfg.passages, cfg.qa, cfg.output, k=cfg.k,
         queries_path=cfg.queries, qrels_path=cfg.qrels, batch_size=cfg.batch_size,
         search_batch_size=cfg.search_batch_size, device=cfg.device, autocast=cfg.autocast,
-        index_device=cfg.index_device, nprobe=cfg.nprobe, ef_search=cfg.ef_search, match=cfg.match,
+        weights=cfg.weights, index_device=cfg.index_device, nprobe=cfg.nprobe, ef_search=cfg.ef_search, match=cfg.match,
         max_length=cfg.max_length,
     )
     print(f"dpr-retrieve: {len(out)} questions → {cfg.output}")

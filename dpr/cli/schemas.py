@@ -166,6 +166,7 @@ class EncodeSchema:
     device: Optional[str] = None
     max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
     chunk_size: int = ranged(16384, 1, INT32_MAX)
+    weights: str = "auto"
 
 
 @dataclass
@@ -190,6 +191,7 @@ class RetrieveSchema:
     search_batch_size: int = ranged(1024, 1, MAX_BATCH)
     device: Optional[str] = None
     autocast: Any = "auto"
+    weights: str = "auto"
     index_device: str = "cpu"
     nprobe: Optional[int] = ranged(None, 1, INT32_MAX, note="null = as saved in the index")
     ef_search: Optional[int] = ranged(None, 1, INT32_MAX, note="null = as saved in the index")
@@ -256,6 +258,7 @@ class PipelineEncode:
     quantize: str = "auto"
     runtime: str = "auto"
     max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
+    weights: str = "auto"
 
 
 @dataclass
@@ -263,6 +266,7 @@ class PipelineRetrieve:
     k: int = ranged(100, 1, MAX_K)
     batch_size: int = ranged(64, 1, MAX_BATCH)
     autocast: Any = "auto"
+    weights: str = "auto"
 
 
 @dataclass

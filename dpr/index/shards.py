@@ -169,16 +169,19 @@ def list_shards(embeddings_dir: str | Path) -> list[Shard]:
     first = shards[0].manifest
     for s in shards[1:]:
         for key in AGREED_KEYS:
-            if s.manifest.get(key) != first.get(key):
+            mine, theirs = s.manifest.get(key, _UNRECORDED.get(key)), first.get(key, _UNRECORDED.get(key))
+            if mine != theirs:
                 raise DataError(s.files.manifest, f"differs from shard 0 ({shards[0].files.manifest.name}): "
-                                f"{s.manifest.get(key)!r} != {first.get(key)!r}; shards of one index must come "
+                                f"{mine!r} != {theirs!r}; shards of one index must come "
                                 "from one passages file and one model: re-encode the stale ones", field=key)
     check_ranges(shards)
     return shards
 
 
 # Every shard of one index must agree on these (fingerprints: `dpr.index.fingerprint`).
-AGREED_KEYS = ("dim", "dtype", "model", "normalized", "model_fingerprint", "passages_sha256", "total")
+AGREED_KEYS = ("dim", "dtype", "model", "normalized", "model_fingerprint", "passages_sha256", "total", "weights")
+# What a shard written before a key was recorded had (dpr-encode's fp32 weights, `dpr.models.weights`).
+_UNRECORDED = {"weights": "fp32"}
 
 
 def check_ranges(shards: list[Shard]) -> None:

@@ -146,7 +146,8 @@ class BM25Retriever(Retriever):
 class DenseRetriever(Retriever):
     """Question tower → FAISS top k. Options: ``batch_size`` (question encoding), ``search_batch_size``,
     ``device`` (encoder; default cuda:LOCAL_RANK if available, else cpu), ``autocast`` ("auto", "bf16",
-    "fp16", "off"), ``index_device`` ("cpu" | "gpu"), ``nprobe`` / ``ef_search`` (IVF / HNSW search
+    "fp16", "off"), ``weights`` ("auto" = "fp32", "bf16": the question encoder cast to bf16 once instead of
+    autocast, `dpr.models.weights`), ``index_device`` ("cpu" | "gpu"), ``nprobe`` / ``ef_search`` (IVF / HNSW search
     breadth), ``max_length`` (question tokens; default the model's), ``cache_dir`` (Arrow cache)."""
 
     name = "dense"
@@ -154,7 +155,7 @@ class DenseRetriever(Retriever):
     def __init__(self, run_dir: str | Path, index: str | Path,
                  passages: "str | Path | datasets.Dataset | None" = None, *, batch_size: int = 64,
                  search_batch_size: int = 1024, device: str | None = None, autocast: str | None = "auto",
-                 index_device: str = "cpu", nprobe: int | None = None, ef_search: int | None = None,
+                 weights: str | None = "auto", index_device: str = "cpu", nprobe: int | None = None, ef_search: int | None = None,
                  max_length: int | None = None, cache_dir: str | Path | None = None) -> None:
         import torch
 
@@ -162,12 +163,14 @@ class DenseRetriever(Retriever):
         from dpr.index import load_index, read_index_meta
         from dpr.index.fingerprint import check_index_matches
         from dpr.models import load_biencoder
+        from dpr.models.weights import cast_weights, inference_autocast, resolve_weights
 
         self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
         self.search_batch_size = check_int("search_batch_size", search_batch_size, 1, MAX_BATCH)
         check_optional_int("nprobe", nprobe, 1, INT32_MAX, " (null = as saved in the index)")
         check_optional_int("ef_search", ef_search, 1, INT32_MAX, " (null = as saved in the index)")
         check_max_length(max_length)  # the model's own bound once it is loaded
+        self.weights = resolve_weights(weights, device, autocast)  # before anything is loaded
         self.index_path = Path(index)
         # an index from another model or passages file is refused before anything is loaded or encoded
         check_index_matches(self.index_path, run_dir, passages if isinstance(passages, (str, Path)) else None)
@@ -175,8 +178,8 @@ class DenseRetriever(Retriever):
         self.device = torch.device(device) if device else default_device()
         self.model, self.tokenizer = load_biencoder(str(run_dir))
         self.max_length = check_max_length(max_length, self.model.question_encoder)
-        self.model.to(self.device)
-        self.autocast = autocast
+        cast_weights(self.model.to(self.device), self.weights)
+        self.autocast = inference_autocast(self.weights, autocast)
         self._check_index(read_index_meta(self.index_path))
         self.store = PassageStore(passages, cache_dir=cache_dir) if passages is not None else None
 

@@ -76,7 +76,8 @@ def _as_tuple(x: Any) -> Any:
 # Settings that do not change what a step computes: a run may resume with other values (more steps, say).
 _RESUMABLE_KEYS = {"epochs", "max_steps", "save_every", "keep_checkpoints", "log_every", "print_every",
                    "eval_every", "resume", "validate", "best_metric", "cpu_threads", "rounds", "remine_negatives",
-                   "remine_depth", "remine_skip_top", "remine_relative_margin", "remine_bm25_share"}
+                   "remine_depth", "remine_skip_top", "remine_relative_margin", "remine_bm25_share",
+                   "optimizer_impl"}  # AdamW's kernels: the same update up to rounding, as cpu_threads
 
 
 def run_fingerprint(conf: Mapping[str, Any], train_cfg: Mapping[str, Any], train_path: Path, world: int) -> str:
@@ -192,7 +193,12 @@ def load_checkpoint(
     if missing or unexpected:
         raise ValueError(f"{path}/model.safetensors does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
     if optimizer is not None:
+        # load_state_dict restores each group's saved flags, foreach/fused included: keep this run's
+        # train.optimizer_impl (a resume may change it, `_RESUMABLE_KEYS`)
+        impl = [{k: g[k] for k in ("foreach", "fused") if k in g} for g in optimizer.param_groups]
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=map_location, weights_only=True))
+        for group, flags in zip(optimizer.param_groups, impl):
+            group.update(flags)
     if scheduler is not None:
         scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=True))
     if scaler is not None and (path / "scaler.pt").is_file():

@@ -17,6 +17,11 @@ from typing import Any, List, Mapping
 from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
 
 
+# AdamW's implementations (dpr.training.optim): the same update computed per tensor (plain), over lists of
+# tensors (foreach: a few multi-tensor kernels per step) or in one fused kernel per dtype and device (fused).
+OPTIMIZER_IMPLS = ("auto", "plain", "foreach", "fused")
+
+
 @dataclass
 class TrainConfig:
     """What one training run does. Unknown keys are an error (a typo must not silently train with defaults)."""
@@ -59,6 +64,8 @@ class TrainConfig:
     warmup_steps: int = 0                # > 0 wins over warmup_ratio
     warmup_ratio: float = 0.1
     max_grad_norm: float = 2.0           # DPR's clipping; <= 0: off
+    optimizer_impl: str = "auto"         # AdamW's kernels: auto (= foreach) | plain | foreach | fused (same update;
+                                         # rounding differs; a run may resume under another one)
     grad_accumulation_steps: int = 1     # averages gradients over micro-batches; adds NO negatives
     grad_cache_chunk_size: int = 0       # > 0: gradient cache: the same batch and gradients in chunks
     length_bucket_size: int = 8          # > 0: two-tower steps encode length-sorted buckets of N texts, each padded
@@ -99,6 +106,9 @@ class TrainConfig:
         check_ranges(tc, TRAIN_RANGES, "train")
         if tc.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise ValueError(f"train.precision must be auto, fp32, bf16 or fp16; got {tc.precision!r}")
+        if tc.optimizer_impl not in OPTIMIZER_IMPLS:
+            raise ValueError(f"train.optimizer_impl must be one of {', '.join(OPTIMIZER_IMPLS)}; got "
+                             f"{tc.optimizer_impl!r}")
         if tc.multi_positive not in ("auto", True, False):
             raise ValueError(f"train.multi_positive must be auto, true or false; got {tc.multi_positive!r}")
         if not isinstance(tc.best_metric, str):

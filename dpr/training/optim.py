@@ -10,6 +10,8 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from dpr.training.config import OPTIMIZER_IMPLS
+
 
 # Biases and normalisation weights are not decayed (BERT/DPR practice): decaying a LayerNorm gain
 # towards 0 shrinks activations instead of regularising.
@@ -32,16 +34,32 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return groups
 
 
+def resolve_optimizer_impl(impl: str | None) -> str:
+    """``plain``, ``foreach`` or ``fused`` for ``impl`` in :data:`OPTIMIZER_IMPLS`; auto = foreach (what every
+    run used before the setting existed: deterministic and fast on CPU and GPU)."""
+    mode = str(impl or "auto").lower()
+    if mode not in OPTIMIZER_IMPLS:
+        raise ValueError(f"optimizer_impl must be one of {OPTIMIZER_IMPLS}, got {impl!r}")
+    return "foreach" if mode == "auto" else mode
+
+
+def impl_flags(impl: str | None) -> dict[str, bool]:
+    """AdamW's ``foreach`` / ``fused`` keyword arguments for ``impl``."""
+    mode = resolve_optimizer_impl(impl)
+    return {"foreach": mode == "foreach", "fused": mode == "fused"}
+
+
 def build_optimizer(
     model: nn.Module,
     lr: float,
     weight_decay: float = 0.0,
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
+    impl: str | None = "auto",
 ) -> torch.optim.AdamW:
-    """AdamW over :func:`param_groups`. ``foreach`` keeps it deterministic and fast on CPU and GPU."""
+    """AdamW over :func:`param_groups`, computed by ``impl`` (:func:`resolve_optimizer_impl`; auto = foreach)."""
     return torch.optim.AdamW(
-        param_groups(model, weight_decay), lr=lr, betas=tuple(betas), eps=eps, foreach=True
+        param_groups(model, weight_decay), lr=lr, betas=tuple(betas), eps=eps, **impl_flags(impl)
     )
 
 

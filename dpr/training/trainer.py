@@ -168,7 +168,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
             f"{tc.batch_size * world}, fewer than grad_accumulation_steps={accum}: lower train.batch_size"
             + (" (or set train.dedup_positives=false: many questions share a positive)" if tc.dedup_positives else "")
         )
-    optimizer = build_optimizer(model, tc.lr, tc.weight_decay, tuple(tc.adam_betas), tc.adam_eps)
+    optimizer = build_optimizer(model, tc.lr, tc.weight_decay, tuple(tc.adam_betas), tc.adam_eps, tc.optimizer_impl)
     # one warm-up/decay per phase: the frozen-index steps, then the two-tower steps
     scheduler = phased_schedule(optimizer, [tc.frozen_steps, total - tc.frozen_steps], tc.warmup_steps, tc.warmup_ratio)
 
