@@ -25,7 +25,7 @@ from dpr.eval.report import evaluate_qa, evaluate_qrels
 from dpr.model_card import write_model_card
 from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
 from dpr.negatives import bm25 as bm25_negatives
-from dpr.remine import remine_dataset
+from dpr.negatives.dense import remine_dataset
 from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
 from dpr.retrieval.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.stages import StageRunner
@@ -66,7 +66,7 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
                        round_scores: Callable[[int, Path, Path], Path] | None = None) -> None:
     """Train ``train.rounds`` times: round 1 on the dataset's (BM25-mined) training file; each later round
     continues from the previous round's model, on negatives re-mined from that model's own index
-    (:mod:`dpr.remine`, ANCE-style). The last round's model is ``model_dir``; earlier ones live in
+    (:mod:`dpr.negatives.dense`, ANCE-style). The last round's model is ``model_dir``; earlier ones live in
     ``<output_dir>/rounds/round<r>/``. ``extra_inputs``: more files the training reads (teacher scores).
     ``round_scores(r, train_file, round_dir)``: with a teacher, scores a re-mined round's candidates (its own
     cached stage) and returns the scores file that round distils from."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -196,3 +197,31 @@ def test_recipe_new_dataset_recipe_prepares_and_trains(tiny_model_dir, tmp_path,
         "data_dir": str(tmp_path / "data" / "prepared"), "output_dir": str(tmp_path / "run"), "seed": 7,
     })
     assert summary["steps"] == 2 and (tmp_path / "run" / "biencoder.json").is_file()
+
+
+def test_recipe_new_negative_source_mines_through_the_one_filter(tiny_data_dir, tmp_path, monkeypatch):
+    """docs/extending.md "A new negative source", step 1 as written (in a tmp working directory holding the
+    tiny dataset as data/prepared/squad1_open, with filler passages so ranks past the skipped top 10 exist):
+    the file it writes holds no positive, no answer-bearing passage (text or title) and nothing of the top 10."""
+    from dpr.data.passages import iter_passages, write_passages
+    from dpr.data.retriever_json import read_retriever_json
+    from dpr.eval.has_answer import has_answer
+    from dpr.retrieval import Retriever
+
+    root = tmp_path / "data" / "prepared" / "squad1_open"
+    shutil.copytree(tiny_data_dir / "tiny", root)
+    filler = [{"id": f"f{i}", "text": f"the capital city is the largest of the {i} cells in the ocean", "title": ""}
+              for i in range(30)]
+    write_passages(root / "passages.tsv", [*iter_passages(root / "passages.tsv"), *filler])
+    monkeypatch.chdir(tmp_path)
+    exec(compile(doc_block("A new negative source", "python"), "docs/extending.md", "exec"), {})
+
+    mined = read_retriever_json(tmp_path / "runs" / "negatives" / "train.json")
+    examples = read_retriever_json(root / "train.json")
+    top10 = Retriever.bm25(root / "passages.tsv").search_ids([ex["question"] for ex in examples], k=10)
+    assert len(mined) == len(examples) and sum(len(ex["hard_negative_ctxs"]) for ex in mined) > 0
+    for ex, top in zip(mined, top10):
+        skipped = {pid for pid, _ in top}
+        for c in ex["hard_negative_ctxs"]:
+            assert c["passage_id"] not in skipped and c["passage_id"] not in {p["passage_id"] for p in ex["positive_ctxs"]}
+            assert not has_answer(ex["answers"], c["text"]) and not has_answer(ex["answers"], c["title"])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpr.remine import mix_negatives, select_negatives
+from dpr.negatives.dense import mix_negatives
+from dpr.negatives.filters import select_negatives
 
 
 CANDS = [("pos", 0.90), ("judged", 0.88), ("ans", 0.87), ("close", 0.86), ("n1", 0.80), ("n2", 0.70),

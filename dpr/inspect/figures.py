@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from dpr.data.retriever_json import relevant_ids
-from dpr.eval.has_answer import has_answer
+from dpr.negatives.filters import false_negative
 
 
 def counts(train: Sequence[dict], dev: Sequence[dict], n_passages: int) -> dict:
@@ -53,12 +53,13 @@ def false_negatives(train: Sequence[dict], kind: str) -> dict:
     total = judged = answer = 0
     for ex in train:
         rel = relevant_ids(ex)
+        answers = ex["answers"] if kind == "qa" else ()
         for c in ex["hard_negative_ctxs"]:
             total += 1
-            if c["passage_id"] in rel:
-                judged += 1
-            elif kind == "qa" and ex["answers"] and has_answer(ex["answers"], c["text"]):
-                answer += 1
+            # the miners' filter, text only (check_title=False): the rule the trainer's masks apply
+            why = false_negative(c, relevant=rel, answers=answers, check_title=False)
+            judged += why == "rejected_positive"
+            answer += why == "rejected_answer"
     return {"mined_negatives": total, "judged_relevant": judged, "contain_answer": answer,
             "false_negative_rate": (judged + answer) / total if total else 0.0}
 

@@ -1,1 +1,3 @@
-"""Hard negatives for training: `bm25` mines them from a BM25 index, with the false-negative filter."""
+"""Hard negatives for training: one false-negative filter (`filters`) behind every miner — any `Retriever`
+(`mine`), BM25 into the prepared training files (`bm25`), and a trained model's own index (`dense`, for
+``train.rounds``)."""

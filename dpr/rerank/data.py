@@ -8,8 +8,8 @@ The filters are the bi-encoder trainer's, imported rather than rewritten:
   (`dpr.training.data.make_item` / `NegativePool`); the positive is drawn per (seed, epoch, example)
   among ``positive_ctxs`` (so on qrels data every judged document with a text takes its turn);
 - a passage judged relevant (``positive_ctxs`` and, on qrels data, every ``qrels`` grade >= 1:
-  `dpr.data.retriever_json.relevant_ids`) or containing one of the answers (DPR's has_answer rule) is
-  never a negative: such candidates are removed before the N are drawn, and the masks of
+  `dpr.data.retriever_json.relevant_ids`) or containing one of the answers (DPR's has_answer rule, on the
+  text: `dpr.negatives.filters.false_negative`) is never a negative: such candidates are removed before the N are drawn, and the masks of
   `dpr.training.masks.pair_masks` cover any the top-up draws (ignored by the losses; on qrels data
   ``multi_positive`` makes a drawn judged passage a positive instead).
 
@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Sequence
 import torch
 
 from dpr.data.retriever_json import relevant_ids
-from dpr.eval.has_answer import has_answer
+from dpr.negatives.filters import false_negative
 from dpr.rerank.model import document_text, tokenize_pairs
 from dpr.training.data import NegativePool, epoch_permutation, load_examples, make_item
 from dpr.training.masks import pair_masks
@@ -54,7 +54,8 @@ def without_false_negatives(example: dict) -> dict:
     answers = example.get("answers") or []
 
     def ok(ctx: dict) -> bool:
-        return ctx["passage_id"] not in judged and not (answers and has_answer(answers, ctx["text"]))
+        # the miners' filter; text only (check_title=False), the rule of the masks below (pair_masks)
+        return false_negative(ctx, relevant=judged, answers=answers, check_title=False) is None
 
     return {**example, "hard_negative_ctxs": [c for c in example["hard_negative_ctxs"] if ok(c)],
             "negative_ctxs": [c for c in example["negative_ctxs"] if ok(c)]}

@@ -1,16 +1,12 @@
 """Hard negatives mined with a trained dense model, for ANCE-style rounds (train, encode, mine, train again).
 
 Each training question is searched in the trained model's own index (top ``depth``). A candidate is kept as
-a hard negative unless it is
-
-- one of the question's positives, or a document judged for it in qrels (``rejected_positive``/``_judged``),
-- a passage containing one of its answers (has_answer, text or title: a likely false negative;
-  ``rejected_answer``),
-- ranked above ``skip_top`` (FlagEmbedding mines ranks 2-200: the very top is often unlabelled positive;
-  ``rejected_top``),
-- scored too close to the positive: above ``pos - relative_margin * |pos|`` (sentence-transformers'
-  ``mine_hard_negatives(relative_margin=...)``: a candidate nearly as similar as the positive is more
-  likely a false negative than a hard one; ``rejected_margin``).
+a hard negative unless the false-negative filter (`dpr.negatives.filters`, the BM25 miner's too) rejects it:
+a positive or judged document, a passage whose text or title holds an answer, a rank above ``skip_top``
+(``rejected_top``), or a score above ``pos - relative_margin * |pos|`` (``rejected_margin``; ``pos`` the
+question's score against its best positive, read back from the index). Unlike the BM25 miner this searches
+the index itself rather than through a `Retriever`: the margin needs the question vector's score against
+its positive, which that interface does not expose.
 
 The kept negatives can be mixed with the example's existing (BM25) ones: ``bm25_share`` of the list stays
 BM25's, the rest is dense-mined (topped up from the other source when one runs short). Counts of every
@@ -22,50 +18,14 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Collection, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
-from dpr.eval.has_answer import has_answer
+from dpr.negatives.filters import FILTERS, answer_check, select_negatives
+from dpr.negatives.mine import judged_docs, judged_from_dataset
 
 log = logging.getLogger(__name__)
-
-FILTERS = ("rejected_positive", "rejected_judged", "rejected_answer", "rejected_top", "rejected_margin")
-
-
-def select_negatives(
-    candidates: Sequence[tuple[str, float]],
-    positive_score: float,
-    *,
-    positives: Collection[str],
-    judged: Collection[str] = (),
-    contains_answer: Callable[[str], bool] | None = None,
-    num_negatives: int = 30,
-    skip_top: int = 0,
-    relative_margin: float = 0.05,
-) -> tuple[list[str], Counter]:
-    """The ids of up to ``num_negatives`` candidates (best first) that pass every filter, and the counts."""
-    threshold = positive_score - relative_margin * abs(positive_score)
-    counts: Counter = Counter()
-    kept: list[str] = []
-    for rank, (pid, score) in enumerate(candidates):
-        if len(kept) >= num_negatives:
-            break
-        counts["examined"] += 1
-        if pid in positives:
-            counts["rejected_positive"] += 1
-        elif pid in judged:
-            counts["rejected_judged"] += 1
-        elif contains_answer is not None and contains_answer(pid):
-            counts["rejected_answer"] += 1
-        elif rank < skip_top:
-            counts["rejected_top"] += 1
-        elif relative_margin > 0 and score > threshold:
-            counts["rejected_margin"] += 1
-        else:
-            kept.append(pid)
-    counts["kept"] += len(kept)
-    return kept, counts
 
 
 def mix_negatives(bm25: Sequence[dict], dense: Sequence[dict], n: int, bm25_share: float) -> list[dict]:
@@ -104,7 +64,6 @@ def remine_examples(
 ) -> tuple[list[dict], dict[str, int]]:
     """Copies of ``examples`` whose ``hard_negative_ctxs`` mix their BM25 negatives with the model's own."""
     from dpr.index import load_index, search
-    from dpr.negatives.bm25 import _judged_docs
     from dpr.retrieval.passages import fetch_passages
     from dpr.retrieval.runs import encode_questions
 
@@ -124,10 +83,10 @@ def remine_examples(
             raise ValueError(f"training question {i}: none of its positives is in the index {index_path}")
         pos_score = max(float(q[i] @ index.reconstruct(r)) for r in pos_rows)
         answers = ex.get("answers") or []
-        contains = (lambda pid, a=answers: has_answer(a, texts[pid]["text"]) or has_answer(a, texts[pid]["title"] or "")
-                    ) if answers else None
+        # check_title: as the BM25 miner, a passage whose title names the answer is a likely false negative
+        contains = answer_check(answers, texts.__getitem__, check_title=True)
         cands = [(pid, float(s)) for pid, s in zip(hits[i], scores[i].tolist())]
-        kept, counts = select_negatives(cands, pos_score, positives=positives, judged=_judged_docs(ex, judged),
+        kept, counts = select_negatives(cands, pos_score, positives=positives, judged=judged_docs(ex, judged),
                                         contains_answer=contains, num_negatives=num_negatives, skip_top=skip_top,
                                         relative_margin=relative_margin)
         totals.update(counts)
@@ -144,7 +103,6 @@ def remine_dataset(model_path: str | Path, index_path: str | Path, ds: Any, outp
                    train_file: str | Path | None = None, **kwargs: Any) -> dict[str, int]:
     """Re-mine ``ds``'s training questions (or ``train_file``'s) into ``output`` (DPR retriever JSON, atomic)."""
     from dpr.atomic import write_json_atomic
-    from dpr.negatives.bm25 import judged_from_dataset
     from dpr.data.retriever_json import read_retriever_json, write_retriever_json
 
     examples = [ex for ex in read_retriever_json(train_file or ds.train) if ex["positive_ctxs"]]
