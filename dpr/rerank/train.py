@@ -17,14 +17,14 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from dpr.atomic import write_json_atomic
 from dpr.perf.malloc import keep_freed_memory
 from dpr.rerank.config import RerankConfig
-from dpr.rerank.data import GroupBatches, collate, read_groups_source
+from dpr.rerank.data import Group, GroupBatches, collate, read_groups_source
 from dpr.rerank.losses import LOSSES, group_accuracy
 from dpr.rerank.model import FINAL_DIR, build_cross_encoder, save_cross_encoder
 from dpr.rerank.score import precision_context
@@ -75,6 +75,29 @@ def _resume(tcfg, out: Path, fingerprint: str, model, optimizer, scheduler) -> t
     return int(state["step"]), state
 
 
+def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], optimizer: torch.optim.Optimizer,
+               scheduler: Any, loss_fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+               autocast: Any, max_length: int, use_title: bool, max_grad_norm: float) -> dict:
+    """One optimizer step on ``groups`` (what `train_cross_encoder` runs per step; `scripts/bench_rerank.py`
+    times it): tokenize the groups' pairs into one batch, forward under ``autocast``, ``loss_fn`` over the
+    ``[groups, 1 + N]`` logits, backward, clip, AdamW and schedule step. Returns the step's figures (loss and
+    group accuracy before the update, the learning rate it used, the gradient norm before clipping)."""
+    batch = collate(groups, tokenizer, max_length, use_title)
+    positive, ignore = batch.pop("positive"), batch.pop("ignore")
+    with autocast:
+        logits = model(**batch).logits
+    scores = logits.float().view(len(groups), -1)
+    loss = loss_fn(scores, positive, ignore)
+    loss.backward()
+    lr = scheduler.get_last_lr()[0]
+    grad_norm = clip_gradients(model.parameters(), max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {"loss": loss.item(), "accuracy": group_accuracy(scores.detach(), positive, ignore), "lr": lr,
+            "grad_norm": grad_norm}
+
+
 def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path,
                         dev: Sequence[Mapping[str, Any]] | None = None,
                         dev_qrels: Mapping[str, Mapping[str, int]] | None = None) -> dict:
@@ -120,20 +143,9 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
     try:
         for step in range(start_step, total):
             epoch, groups = batches.groups(step)
-            batch = collate(groups, tokenizer, cfg.max_length, cfg.title)
-            positive, ignore = batch.pop("positive"), batch.pop("ignore")
-            with autocast:
-                logits = model(**batch).logits
-            scores = logits.float().view(len(groups), -1)
-            loss = loss_fn(scores, positive, ignore)
-            loss.backward()
-            lr = scheduler.get_last_lr()[0]
-            grad_norm = clip_gradients(model.parameters(), tcfg.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            figures = {"epoch": epoch, "loss": loss.item(), "accuracy": group_accuracy(scores.detach(), positive, ignore),
-                       "lr": lr, "grad_norm": grad_norm, "seconds": round(time.perf_counter() - t0, 2)}
+            figures = {"epoch": epoch, **train_step(model, tokenizer, groups, optimizer, scheduler, loss_fn, autocast,
+                                                    cfg.max_length, cfg.title, tcfg.max_grad_norm),
+                       "seconds": round(time.perf_counter() - t0, 2)}
             logger.log_train(step + 1, figures)
             if (step + 1) % tcfg.log_every == 0:
                 log.info("step %d/%d loss %.4f group-acc %.2f", step + 1, total, figures["loss"], figures["accuracy"])
