@@ -118,14 +118,15 @@ def render_rerank_section(report: Mapping[str, Any]) -> list[str]:
         return []
     metric = str(rerank["metric"]).split(" ")[0]
     lines = ["", "## Reranking (cross-encoder)", "",
-             f"Each first stage's top K reordered by the cross-encoder, K chosen by dev {metric} "
-             f"(ties to the smaller K); the passages below K keep the first stage's order.", ""]
+             f"Each first stage's top K reordered by the cross-encoder (w > 0: by minmax(logit) + w * "
+             f"minmax(first-stage score) over the top K), K and w chosen by dev {metric} "
+             f"(ties to the smaller); the passages below K keep the first stage's order.", ""]
     rows = []
     for name, r in rerank["systems"].items():
         per_k = ", ".join(f"{k}: {_pct(v[metric])}" for k, v in r["dev"].items())
-        rows.append([name, str(r["k"]), _pct(r["dev_first_stage"][metric]), per_k,
+        rows.append([name, str(r["k"]), str(r.get("weight", 0.0)), _pct(r["dev_first_stage"][metric]), per_k,
                      f"{1000.0 * r['seconds_per_question']:.1f}"])
-    lines += _table(["system", "K", f"dev {metric} before", f"dev {metric} by K", "ms per question (test)"], rows)
+    lines += _table(["system", "K", "w", f"dev {metric} before", f"dev {metric} by K", "ms per question (test)"], rows)
     return lines
 
 

@@ -17,7 +17,8 @@ Stages (the pipeline's :class:`~dpr.stages.StageRunner`: skipped when up to date
   ``<out>/rounds/round<r>/teacher_scores.jsonl``), denoised and distilled from in the same way.
 - ``rerank_hybrid_dev`` (the hybrid's dev lists, fused with the dev-tuned weight), ``rerank_dev`` (every
   depth of ``teacher_cfg.k_grid`` for every first stage on dev → ``<out>/rerank/dev.json``; K = the smallest
-  depth within ``teacher_cfg.k_tolerance`` of the best dev MRR (QA) / nDCG@10 (qrels)) and ``rerank_<system>`` for bm25, dense and
+  depth within ``teacher_cfg.k_tolerance`` of the best dev MRR (QA) / nDCG@10 (qrels), each depth with its
+  interpolation weight of ``teacher_cfg.weight_grid`` tuned on dev: `dpr.rerank.runs.reranked`) and ``rerank_<system>`` for bm25, dense and
   hybrid (→ ``<out>/rerank/<system>/test.json`` in DPR's results format, ``test.trec`` on qrels data,
   ``stats.json`` with the seconds per question).
 """
@@ -258,7 +259,7 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
 
     def choose() -> None:
         from dpr.rerank.model import load_cross_encoder
-        from dpr.rerank.runs import choose_k, pair_scores, reranked
+        from dpr.rerank.runs import choose_k, choose_weight, pair_scores, reranked
         from dpr.rerank.validate import results_metrics
 
         model, tok, settings = load_cross_encoder(tdir)
@@ -266,30 +267,41 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
         records = {name: texts.records(dev[name]) for name in FIRST_STAGES}
         scores = pair_scores(model, tok, settings, list(records.values()), max(tcfg.k_grid),
                              batch_size=s.batch_size, precision=s.precision)  # one score per distinct pair
-        body: dict = {"metric": metric, "k_grid": list(tcfg.k_grid), "systems": {}}
+        body: dict = {"metric": metric, "k_grid": list(tcfg.k_grid), "weight_grid": list(tcfg.weight_grid),
+                      "systems": {}}
         for name, recs in records.items():
-            per_k = {k: results_metrics(reranked(recs, scores, k), qrels) for k in tcfg.k_grid}
-            body["systems"][name] = {"k": choose_k(per_k, metric, tcfg.k_tolerance),
+            # per depth: the interpolation weight tuned on dev, then the depth chosen on the tuned figures
+            by_kw = {k: {w: results_metrics(reranked(recs, scores, k, w), qrels) for w in tcfg.weight_grid}
+                     for k in tcfg.k_grid}
+            weight_at = {k: choose_weight(per_w, metric) for k, per_w in by_kw.items()}
+            per_k = {k: by_kw[k][weight_at[k]] for k in tcfg.k_grid}
+            k = choose_k(per_k, metric, tcfg.k_tolerance)
+            body["systems"][name] = {"k": k, "weight": weight_at[k],
                                      "first_stage": results_metrics(recs, qrels),
-                                     "dev": {str(k): v for k, v in per_k.items()}}
+                                     "dev": {str(k): v for k, v in per_k.items()},
+                                     "dev_by_weight": {str(k): {str(w): v[metric] for w, v in per_w.items()}
+                                                       for k, per_w in by_kw.items()}}
         write_json_atomic(choice_file, body)
 
     stages.run("rerank_dev", choose, outputs=[choice_file],
                inputs=[*dev.values(), tdir, *texts.inputs(), *([ds.qrels("dev")] if qrels_data else [])],
-               params={"k_grid": list(tcfg.k_grid), "k_tolerance": tcfg.k_tolerance, **score_params})
+               params={"k_grid": list(tcfg.k_grid), "k_tolerance": tcfg.k_tolerance,
+                       "weight_grid": list(tcfg.weight_grid), **score_params})
     choice = json.loads(choice_file.read_text())
     runs: dict[str, Path] = {}
-    notes: dict = {"metric": f"{metric} on dev", "k_grid": list(tcfg.k_grid), "cross_encoder": str(tdir),
+    notes: dict = {"metric": f"{metric} on dev", "k_grid": list(tcfg.k_grid), "weight_grid": list(tcfg.weight_grid),
+                   "cross_encoder": str(tdir),
                    "systems": {}}
     done: list[tuple[Path, int, float | None]] = []  # systems reranked so far: list, depth, seconds per pair
     for name in FIRST_STAGES:
         k = int(choice["systems"][name]["k"])
+        weight = float(choice["systems"][name].get("weight", 0.0))
         sdir = rdir / name
         json_out, trec_out, stats_file = sdir / "test.json", sdir / "test.trec", sdir / "stats.json"
         test = Path(first[name]["test"])
 
         def rerank_test(name=name, test=test, k=k, json_out=json_out, trec_out=trec_out,
-                        stats_file=stats_file, before=tuple(done)) -> None:
+                        stats_file=stats_file, before=tuple(done), weight=weight) -> None:
             from dpr.data.results import read_results
             from dpr.rerank.model import load_cross_encoder
             from dpr.rerank.runs import known_pairs, timed_rerank, write_reranked
@@ -301,7 +313,7 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
             for path, depth, _ in before:
                 known.update(known_pairs(read_results(path), depth))
             recs, stats = timed_rerank(model, tok, settings, texts.records(test), k, batch_size=s.batch_size,
-                                       precision=s.precision, known=known)
+                                       precision=s.precision, known=known, weight=weight)
             if stats["seconds_per_question"] is None:  # every pair was reused: price them at the others' rate
                 rates = [r for _, _, r in before if r]
                 rate = sum(rates) / max(1, len(rates))
@@ -311,13 +323,13 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
 
         outputs = [json_out, stats_file, *([trec_out] if qrels_data else [])]
         stages.run(f"rerank_{name}", rerank_test, outputs=outputs, inputs=[test, tdir, *texts.inputs()],
-                   params={"k": k, **score_params})
+                   params={"k": k, **({"weight": weight} if weight else {}), **score_params})
         stats = json.loads(stats_file.read_text())
         done.append((json_out, k, stats.get("seconds_per_pair")))
         runs[name + SUFFIX] = trec_out if qrels_data else json_out
         sysc = choice["systems"][name]
         notes["systems"][name + SUFFIX] = {
-            "first_stage": name, "k": k, "dev": sysc["dev"], "dev_first_stage": sysc["first_stage"],
+            "first_stage": name, "k": k, "weight": weight, "dev": sysc["dev"], "dev_first_stage": sysc["first_stage"],
             "seconds_per_question": stats["seconds_per_question"], "seconds": stats["seconds"],
             "questions": stats["questions"], "pairs": stats.get("pairs"), "reused_pairs": stats.get("reused")}
     return runs, notes
