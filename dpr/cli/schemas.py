@@ -30,10 +30,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dpr.checks import (INT32_MAX, MAX_BATCH, MAX_K, MAX_K1, MAX_K_RRF, MAX_LENGTH, MAX_RESAMPLES, MAX_SHARDS,
                         MAX_THREADS, MAX_WEIGHT, SEED_MAX, describe_range, in_range)
-from dpr.bm25.config import BM25Config
-from dpr.eval.config import EvalConfig
+from dpr.bm25.config import BM25Config, register_schema as register_bm25
+from dpr.eval.config import EvalConfig, register_schema as register_eval
 from dpr.models import BiEncoderConfig
-from dpr.retrieval.fusion import HybridConfig
+from dpr.retrieval.fusion import HybridConfig, register_schema as register_hybrid
 
 # The defaults of the sections several commands share come from their dataclass (the one source; the YAML
 # files select them as config groups): the schemas here only type and range them.
@@ -380,6 +380,9 @@ OPEN_GROUPS = {"data": DataSchema}
 _cs = ConfigStore.instance()
 for _name, _schema in SCHEMAS.items():
     _cs.store(name=f"{_name}_schema", node=_schema)
+# the shared sections' defaults (bm25_cfg, hybrid_cfg, eval_cfg), for whoever composes conf/ after importing this
+for _register in (register_bm25, register_hybrid, register_eval):
+    _register()
 
 
 def _schema_node(schema: type, cfg: DictConfig) -> DictConfig:
