@@ -102,3 +102,16 @@ def numeric_fields(cls: type) -> list[str]:
     """The fields of dataclass ``cls`` annotated as numbers or lists of numbers (what needs a Range)."""
     num = ("int", "float", "int | None", "float | None", "List[int]", "List[float]", "list[int]", "list[float]")
     return [f.name for f in dataclasses.fields(cls) if f.type in num or f.type in (int, float)]
+
+
+# ------------------------------------------------------------------ dataclass defaults as Hydra options
+def register_defaults(group: str, name: str, cls: type) -> None:
+    """Store the defaults of dataclass ``cls`` in Hydra's ConfigStore as ``<group>/<name>``, for a YAML file
+    to select (``- <group>@<package>: <name>``): the dataclass stays the one source of the values.
+
+    Stored as a plain mapping, not as the dataclass: a typed node would type the package it lands in, so
+    placed at the root (``@_global_``) or beside other keys of a section it would refuse every other key
+    there. Types and ranges are checked afterwards by the command's schema (`dpr.cli.schemas`)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(group=group, name=name, node=dataclasses.asdict(cls()))

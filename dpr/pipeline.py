@@ -261,7 +261,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
             qrels=ds.qrels(split_dev) if qrels_data else None, normalize=cfg.hybrid.normalize)
         fuse_linear(bm25_test, systems["dense"][split_eval], weight, hybrid_test,
                     k=cfg.retrieve.k, normalize=cfg.hybrid.normalize)
-        fuse_rrf(bm25_test, systems["dense"][split_eval], rrf_test, k=cfg.retrieve.k, k_rrf=cfg.hybrid.rrf_k)
+        fuse_rrf(bm25_test, systems["dense"][split_eval], rrf_test, k=cfg.retrieve.k, k_rrf=cfg.hybrid.k_rrf)
         write_json_atomic(tuning_file, {"weight": weight, "metric": cfg.hybrid.metric, "metric_k": cfg.hybrid.metric_k,
                                         "normalize": cfg.hybrid.normalize, "grid": table})
 
@@ -287,7 +287,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
     notes = {
         "dataset": cfg.data.name,
         "hybrid": f"linear fusion dense + w*bm25, w={tuning['weight']} tuned on {split_dev} "
-                  f"({tuning['grid'][0]['metric']}, normalize={tuning['normalize']}); hybrid_rrf: reciprocal rank fusion k={cfg.hybrid.rrf_k}",
+                  f"({tuning['grid'][0]['metric']}, normalize={tuning['normalize']}); hybrid_rrf: reciprocal rank fusion k={cfg.hybrid.k_rrf}",
         "model": cfg.model.name,
         "stage_seconds": {k: round(v, 1) for k, v in stages.timings.items()},
     }

@@ -86,8 +86,8 @@ def test_pipeline_fusion_grid_checked_before_any_work(tmp_path):
                 "hybrid.grid=[0.5,nan]")
     _one_line(proc, "config key hybrid.grid[1]: nan is out of range")
     proc = _cli("dpr-pipeline", "data=squad1_open", f"data_dir={tmp_path / 'data'}", f"output_dir={tmp_path / 'run'}",
-                "hybrid.rrf_k=-1")
-    _one_line(proc, "config key hybrid.rrf_k: -1")
+                "hybrid.k_rrf=-1")
+    _one_line(proc, "config key hybrid.k_rrf: -1")
     assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
 
 

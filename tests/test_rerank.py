@@ -195,7 +195,7 @@ def test_float_keys_accept_exactly_their_finite_range(key, value):
     if ok:
         assert getattr(RerankConfig.from_dict({"train": {key: value}}).train, key) == value
     else:
-        with pytest.raises(ValueError, match=f"rerank.train.{key}="):
+        with pytest.raises(ValueError, match=f"rerank.train.{key} must be"):
             RerankConfig.from_dict({"train": {key: value}})
 
 

@@ -142,8 +142,9 @@ def test_hybrid_cli_and_errors(built, tmp_path):
                 f"bm25_dev={tmp_path / 'bm25.json'}", f"dense_dev={tmp_path / 'dense.json'}", f"output={out}",
                 "metric_k=1"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    # gold: dense 0 + w·1, other: dense 1 + w·0 → gold first iff w > 1 (tie at 1 → dense's first); grid step .05
-    assert '"weight": 1.05' in proc.stdout
+    # gold: dense 0 + w·1, other: dense 1 + w·0 → gold first iff w > 1 (tie at 1 → dense's first); the default
+    # grid (HybridConfig's, the pipeline's) has 1.5 next after 1.0
+    assert '"weight": 1.5' in proc.stdout
     fused = read_results(out)
     assert all(r["ctxs"][0]["has_answer"] for r in fused)
     info = hybrid_retrieve(tmp_path / "bm25.json", tmp_path / "dense.json", tmp_path / "rrf.json", fusion="rrf")

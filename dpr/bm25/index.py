@@ -20,17 +20,19 @@ from typing import Any, Iterable, Iterator, Mapping
 from tqdm import tqdm
 
 from dpr.atomic import atomic_path, write_json_atomic
+from dpr.bm25.config import METHOD, BM25Config
 from dpr.bm25.weights import bm25_csc, pack_tokens
 from dpr.checks import MAX_K1, check_float
 from dpr.errors import DataError
 
 log = logging.getLogger(__name__)
 
-# pyserini's BM25 settings for its DPR Wikipedia runs.
-DEFAULT_K1 = 0.9
-DEFAULT_B = 0.4
-DEFAULT_STOPWORDS = "en"
-DEFAULT_STEMMER = "english"
+# BM25Config's defaults (dpr/bm25/config.py), as the functions' keyword defaults
+_DEFAULTS = BM25Config()
+DEFAULT_K1 = _DEFAULTS.k1
+DEFAULT_B = _DEFAULTS.b
+DEFAULT_STOPWORDS = _DEFAULTS.stopwords
+DEFAULT_STEMMER = _DEFAULTS.stemmer
 FORMAT_VERSION = 1
 META_FILE = "dpr_bm25.json"
 IDS_FILE = "passage_ids.txt"
@@ -76,7 +78,7 @@ def index_params(k1: float = DEFAULT_K1, b: float = DEFAULT_B, stopwords: str | 
     def off(v: Any) -> Any:
         return None if v in (None, False, "", "none", "None", "null") else v
     check_bm25_params(k1, b)
-    return {"k1": float(k1), "b": float(b), "stopwords": off(stopwords), "stemmer": off(stemmer), "method": "lucene"}
+    return {"k1": float(k1), "b": float(b), "stopwords": off(stopwords), "stemmer": off(stemmer), "method": METHOD}
 
 
 def make_tokenizer(stopwords: str | None, stemmer: str | None):

@@ -10,7 +10,10 @@ import hydra
 from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv
+from dpr.bm25.config import register_schema
 from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
+
+register_schema()  # bm25_cfg/default: conf/bm25.yaml selects BM25Config's defaults
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,9 @@ from omegaconf import DictConfig, ListConfig
 
 from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
+from dpr.eval.config import register_schema
+
+register_schema()  # eval_cfg/default: conf/eval.yaml selects EvalConfig's defaults
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,9 @@ from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, check_model_path, quiet_interrupt, report_errors
+from dpr.retrieval.fusion import register_schema
+
+register_schema()  # hybrid_cfg/default: conf/retrieve.yaml selects HybridConfig's defaults
 
 
 def _require(cfg: DictConfig, *keys: str) -> None:

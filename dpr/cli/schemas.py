@@ -30,7 +30,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dpr.checks import (INT32_MAX, MAX_BATCH, MAX_K, MAX_K1, MAX_K_RRF, MAX_LENGTH, MAX_RESAMPLES, MAX_SHARDS,
                         MAX_THREADS, MAX_WEIGHT, SEED_MAX, describe_range, in_range)
+from dpr.bm25.config import BM25Config, register_schema as register_bm25
+from dpr.eval.config import EvalConfig, register_schema as register_eval
 from dpr.models import BiEncoderConfig
+from dpr.retrieval.fusion import HybridConfig, register_schema as register_hybrid
+
+# The defaults of the sections several commands share come from their dataclass (the one source; the YAML
+# files select them as config groups): the schemas here only type and range them.
+_BM25, _HYBRID, _EVAL = BM25Config(), HybridConfig(), EvalConfig()
 
 
 # ------------------------------------------------------------------------------------------- ranges
@@ -136,10 +143,10 @@ class Bm25Schema:
     output: Optional[str] = None
     k: int = ranged(100, 1, MAX_K)
     n_threads: int = ranged(0, -1, MAX_THREADS, note="0 = the calling thread, -1 = all cores")
-    k1: float = ranged(0.9, 0.0, MAX_K1)
-    b: float = ranged(0.4, 0.0, 1.0)
-    stopwords: Any = "en"
-    stemmer: Optional[str] = None
+    k1: float = ranged(_BM25.k1, 0.0, MAX_K1)
+    b: float = ranged(_BM25.b, 0.0, 1.0)
+    stopwords: Any = _BM25.stopwords
+    stemmer: Optional[str] = _BM25.stemmer
     index_dir: Optional[str] = None
     mine: bool = False
     num_negatives: int = ranged(30, 1, MAX_K)
@@ -201,14 +208,14 @@ class RetrieveSchema:
     dense: Optional[str] = None
     fusion: str = "linear"
     weight: Optional[float] = ranged(None, 0.0, MAX_WEIGHT, note="null = tuned on dev")
-    normalize: str = "minmax"
+    normalize: str = _HYBRID.normalize
     bm25_dev: Optional[str] = None
     dense_dev: Optional[str] = None
     qrels_dev: Optional[str] = None
-    grid: List[float] = ranged_list(0.0, MAX_WEIGHT)
-    metric: str = "mrr"
-    metric_k: int = ranged(100, 1, MAX_K)
-    k_rrf: float = ranged(60.0, 0.0, MAX_K_RRF)
+    grid: List[float] = ranged_list(0.0, MAX_WEIGHT, default=lambda: list(_HYBRID.grid))
+    metric: str = _HYBRID.metric
+    metric_k: int = ranged(_HYBRID.metric_k, 1, MAX_K)
+    k_rrf: float = ranged(_HYBRID.k_rrf, 0.0, MAX_K_RRF)
 
 
 @dataclass
@@ -217,8 +224,8 @@ class EvalSchema:
     names: Any = None
     output_dir: str = MISSING
     qrels: Optional[str] = None
-    ks: List[int] = ranged_list(1, MAX_K, default=lambda: [1, 5, 10, 20, 50, 100])
-    match: str = "string"
+    ks: List[int] = ranged_list(1, MAX_K, default=lambda: list(_EVAL.ks))
+    match: str = _EVAL.match
     resamples: int = ranged(1000, 1, MAX_RESAMPLES)
     seed: int = ranged(0, 0, SEED_MAX)
 
@@ -241,10 +248,10 @@ class TrainCommandSchema:
 # sections are passed on as keyword arguments, so a `+encode.<key>` the function takes is legal).
 @dataclass
 class PipelineBm25:
-    k1: float = ranged(0.9, 0.0, MAX_K1)
-    b: float = ranged(0.4, 0.0, 1.0)
-    stopwords: Any = "en"
-    stemmer: Optional[str] = None
+    k1: float = ranged(_BM25.k1, 0.0, MAX_K1)
+    b: float = ranged(_BM25.b, 0.0, 1.0)
+    stopwords: Any = _BM25.stopwords
+    stemmer: Optional[str] = _BM25.stemmer
     k: int = ranged(100, 1, MAX_K)
     mine: bool = True
     num_negatives: int = ranged(30, 1, MAX_K)
@@ -271,17 +278,17 @@ class PipelineRetrieve:
 
 @dataclass
 class PipelineHybrid:
-    grid: List[float] = ranged_list(0.0, MAX_WEIGHT)
-    metric: str = "mrr"
-    metric_k: int = ranged(100, 1, MAX_K)
-    normalize: str = "minmax"
-    rrf_k: float = ranged(60.0, 0.0, MAX_K_RRF)
+    grid: List[float] = ranged_list(0.0, MAX_WEIGHT, default=lambda: list(_HYBRID.grid))
+    metric: str = _HYBRID.metric
+    metric_k: int = ranged(_HYBRID.metric_k, 1, MAX_K)
+    normalize: str = _HYBRID.normalize
+    k_rrf: float = ranged(_HYBRID.k_rrf, 0.0, MAX_K_RRF)
 
 
 @dataclass
 class PipelineEval:
-    ks: List[int] = ranged_list(1, MAX_K, default=lambda: [1, 5, 10, 20, 50, 100])
-    match: str = "string"
+    ks: List[int] = ranged_list(1, MAX_K, default=lambda: list(_EVAL.ks))
+    match: str = _EVAL.match
 
 
 # The reader's settings (conf/reader_cfg/default.yaml is their one source: MISSING here, the schema only types
@@ -377,6 +384,9 @@ OPEN_GROUPS = {"data": DataSchema}
 _cs = ConfigStore.instance()
 for _name, _schema in SCHEMAS.items():
     _cs.store(name=f"{_name}_schema", node=_schema)
+# the shared sections' defaults (bm25_cfg, hybrid_cfg, eval_cfg), for whoever composes conf/ after importing this
+for _register in (register_bm25, register_hybrid, register_eval):
+    _register()
 
 
 def _schema_node(schema: type, cfg: DictConfig) -> DictConfig:

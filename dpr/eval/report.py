@@ -19,6 +19,7 @@ from dpr.atomic import write_json_atomic, write_text_atomic
 from dpr.errors import DataError
 from dpr.eval import stats
 from dpr.eval.plot import plot_curves
+from dpr.eval.config import EvalConfig
 from dpr.eval.qrels_metrics import DEFAULT_METRICS, per_query_metrics
 from dpr.eval.report_md import render_qa_markdown, render_qrels_markdown
 from dpr.eval.topk import DEFAULT_KS, first_hit_ranks, hits_at, min_num_ctxs
@@ -131,7 +132,7 @@ def evaluate_qa(
     results_by_system: Mapping[str, str | Path],
     output_dir: str | Path,
     ks: Iterable[int] = DEFAULT_KS,
-    match: str = "string",
+    match: str = EvalConfig.match,
     notes: Mapping[str, Any] | None = None,
     num_resamples: int = stats.DEFAULT_RESAMPLES,
     seed: int = stats.DEFAULT_SEED,

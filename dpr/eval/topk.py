@@ -12,11 +12,12 @@ from typing import Iterable, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from dpr.eval.config import EvalConfig
 from dpr.eval.has_answer import has_answer
 
 log = logging.getLogger(__name__)
 
-DEFAULT_KS = (1, 5, 10, 20, 50, 100)
+DEFAULT_KS = tuple(EvalConfig().ks)  # EvalConfig's (dpr/eval/config.py)
 
 # A question with no answer-bearing passage in its list gets this rank: larger than any k.
 NO_HIT = np.iinfo(np.int64).max

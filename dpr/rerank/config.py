@@ -8,11 +8,10 @@ Defaults are sized for squad1_open with all-MiniLM-L6-v2 on a 2-core CPU (bf16 a
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from dpr.config import strict_from_dict
+from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
 
 LOSS_NAMES = ("listwise", "bce")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -73,17 +72,9 @@ class RerankConfig:
 
     def check(self) -> None:
         """One-line ValueError naming the first key out of its range."""
-        _at_least(self, "max_length", 8)
         t, s = self.train, self.score
-        for key in ("batch_size", "log_every"):
-            _at_least(t, key, 1, "rerank.train")
-        for key in ("negatives", "epochs", "max_steps", "max_questions", "cpu_threads", "save_every",
-                    "keep_checkpoints", "eval_every", "val_max_questions"):
-            _at_least(t, key, 0, "rerank.train")
-        _range(t, "lr", 0.0, 1.0, "rerank.train", low_open=True)
-        _range(t, "weight_decay", 0.0, 10.0, "rerank.train")
-        _range(t, "warmup_ratio", 0.0, 1.0, "rerank.train")
-        _range(t, "max_grad_norm", -math.inf, math.inf, "rerank.train")
+        check_ranges(self, RERANK_RANGES, "rerank")  # the common checker (dpr/config.py)
+        check_ranges(t, RERANK_TRAIN_RANGES, "rerank.train")
         _choice(t, "loss", LOSS_NAMES, "rerank.train")
         _choice(t, "precision", PRECISIONS, "rerank.train")
         _choice(t, "best_metric", ("auto", *METRICS_QA, *METRICS_QRELS), "rerank.train")
@@ -91,9 +82,7 @@ class RerankConfig:
             raise ValueError("rerank.train.max_steps and rerank.train.epochs are both 0: nothing to train")
         if t.loss == "listwise" and t.negatives == 0:
             raise ValueError("rerank.train.negatives=0: the listwise loss needs at least 1 negative per question")
-        for key in ("k", "batch_size"):
-            _at_least(s, key, 1, "rerank.score")
-        _at_least(s, "max_questions", 0, "rerank.score")
+        check_ranges(s, RERANK_SCORE_RANGES, "rerank.score")
         _choice(s, "precision", PRECISIONS, "rerank.score")
 
     def settings(self) -> dict:
@@ -104,25 +93,18 @@ class RerankConfig:
         return dataclasses.asdict(self)
 
 
-def _value(obj: Any, key: str, prefix: str, kind: type) -> Any:
-    v = getattr(obj, key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not float(v).is_integer()):
-        raise ValueError(f"{prefix}.{key}={v!r}: expected {'an integer' if kind is int else 'a number'}")
-    if not math.isfinite(float(v)):
-        raise ValueError(f"{prefix}.{key}={v!r}: must be finite")
-    return v
-
-
-def _at_least(obj: Any, key: str, low: int, prefix: str = "rerank") -> None:
-    v = _value(obj, key, prefix, int)
-    if v < low:
-        raise ValueError(f"{prefix}.{key}={v!r}: must be >= {low}")
-
-
-def _range(obj: Any, key: str, low: float, high: float, prefix: str, low_open: bool = False) -> None:
-    v = _value(obj, key, prefix, float)
-    if (v <= low if low_open else v < low) or v > high:
-        raise ValueError(f"{prefix}.{key}={v!r}: must be in {'(' if low_open else '['}{low}, {high}]")
+# The allowed range of every numeric key (checked by `dpr.config.check_ranges`, as TrainConfig's are).
+RERANK_RANGES: dict[str, Range] = {"max_length": Int(8)}
+RERANK_TRAIN_RANGES: dict[str, Range] = {
+    "batch_size": Int(1), "log_every": Int(1),
+    "negatives": Int(0), "epochs": Int(0), "max_steps": Int(0, note="0: epochs decide"),
+    "max_questions": Int(0, note="0: all"), "cpu_threads": Int(0, note="0: torch's default"),
+    "save_every": Int(0, note="0: no checkpoints"), "keep_checkpoints": Int(0), "eval_every": Int(0),
+    "val_max_questions": Int(0, note="0: all"),
+    "lr": Real(0, 1, lo_open=True), "weight_decay": Real(0, 10), "warmup_ratio": Real(0, 1),
+    "max_grad_norm": Real(note="<= 0: measure only"),
+}
+RERANK_SCORE_RANGES: dict[str, Range] = {"k": Int(1), "batch_size": Int(1), "max_questions": Int(0, note="0: all")}
 
 
 def _choice(obj: Any, key: str, allowed: tuple, prefix: str) -> None:

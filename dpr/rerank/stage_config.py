@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping
 
-from dpr.config import strict_from_dict
+from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
 from dpr.rerank.config import RerankConfig
 
 # squad1_open dev, cross-encoder alone: MRR 90.3 / 90.3 / 89.9 (bm25), 89.5 / 89.7 / 89.5 (dense) at K = 20 / 50 /
@@ -52,25 +52,12 @@ class TeacherStageConfig:
 
     def check(self) -> None:
         """One-line ValueError naming the first key out of its range."""
+        check_ranges(self, TEACHER_RANGES, "teacher_cfg")  # the common checker (dpr/config.py)
         grid = list(self.k_grid)
-        if not grid or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in grid):
-            raise ValueError(f"teacher_cfg.k_grid={grid!r}: must be a non-empty list of integers >= 1")
         if len(set(grid)) != len(grid):
             raise ValueError(f"teacher_cfg.k_grid={grid!r}: a depth is listed twice")
-        weights = list(self.weight_grid)
-        if not weights or any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights):
-            raise ValueError(f"teacher_cfg.weight_grid={weights!r}: must be a non-empty list of numbers >= 0")
-        if isinstance(self.k_tolerance, bool) or not (isinstance(self.k_tolerance, (int, float))
-                                                          and 0 <= self.k_tolerance <= 1):
-            raise ValueError(f"teacher_cfg.k_tolerance={self.k_tolerance!r}: must be a number in [0, 1]")
         if self.denoise not in ("auto", True, False):
             raise ValueError(f"teacher_cfg.denoise={self.denoise!r}: must be auto, true or false")
-        if not (isinstance(self.denoise_margin, (int, float)) and self.denoise_margin >= 0):
-            raise ValueError(f"teacher_cfg.denoise_margin={self.denoise_margin!r}: must be a number >= 0")
-        for key in ("max_negatives", "hard_negatives", "chunk_size"):
-            v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key == "chunk_size" else 0):
-                raise ValueError(f"teacher_cfg.{key}={v!r}: must be an integer >= {1 if key == 'chunk_size' else 0}")
         if not self.loss or "/" in self.loss:
             raise ValueError(f"teacher_cfg.loss={self.loss!r}: must name a conf/loss/<name>.yaml")
 
@@ -83,6 +70,18 @@ class TeacherStageConfig:
     def denoises(self) -> bool:
         """``denoise`` resolved: auto follows ``distill``."""
         return self.distill if self.denoise == "auto" else bool(self.denoise)
+
+
+# The allowed range of every numeric key (checked by `dpr.config.check_ranges`, as TrainConfig's are).
+TEACHER_RANGES: dict[str, Range] = {
+    "k_grid": Int(1, count=(1, None)),
+    "weight_grid": Real(0, count=(1, None)),
+    "k_tolerance": Real(0, 1),
+    "denoise_margin": Real(0),
+    "max_negatives": Int(0, note="0: all"),
+    "hard_negatives": Int(0, note="0: keep the pipeline's train.hard_negatives"),
+    "chunk_size": Int(1),
+}
 
 
 def register_schema() -> None:

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, List, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -42,7 +43,32 @@ Source = Union[Results, Run, str, Path]
 NORMALIZE = ("minmax", "none")
 FUSIONS = ("linear", "rrf")
 TUNE_METRICS = ("topk", "mrr")
-DEFAULT_GRID = [round(0.05 * i, 2) for i in range(41)]  # 0, 0.05, …, 2.0
+
+
+@dataclass
+class HybridConfig:
+    """How the hybrid is fused and its weight tuned: the one source of these defaults for ``dpr-retrieve
+    mode=hybrid`` (the keys at its root), ``dpr-pipeline`` (its ``hybrid`` section) and the functions below.
+    Registered in Hydra's ConfigStore as ``hybrid_cfg/default`` (`register_schema`)."""
+
+    # the weights tried on dev: fine below 1 (where min-max-normalised BM25 helps most), coarse up to 5
+    grid: List[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0])
+    metric: str = "mrr"       # tune by dev MRR@metric_k (topk: top-k accuracy / Recall@k, saturates near 98%)
+    metric_k: int = 100
+    normalize: str = "minmax"  # minmax (per question, to [0, 1]) | none (raw scores, as DPR)
+    k_rrf: float = 60         # reciprocal rank fusion's k (Cormack et al. 2009)
+
+
+def register_schema() -> None:
+    """``hybrid_cfg/default``: HybridConfig's defaults, for conf/retrieve.yaml and conf/pipeline.yaml to select."""
+    from dpr.config import register_defaults
+
+    register_defaults("hybrid_cfg", "default", HybridConfig)
+
+
+_DEFAULTS = HybridConfig()
+DEFAULT_GRID = list(_DEFAULTS.grid)
+DEFAULT_K_RRF = _DEFAULTS.k_rrf
 
 
 # ------------------------------------------------------------------------------------------ arguments
@@ -232,7 +258,7 @@ def fuse_linear(bm25: Source, dense: Source, weight: float, output: str | Path |
 
 
 def fuse_rrf(bm25: Source, dense: Source, output: str | Path | None = None, *, k: int = 100,
-             k_rrf: float = 60) -> Results | Run:
+             k_rrf: float = DEFAULT_K_RRF) -> Results | Run:
     """Reciprocal rank fusion ``Σ 1/(k_rrf + rank)``, top ``k``; written to ``output`` when given."""
     fused = _fuse(bm25, dense, k, k_rrf=check_k_rrf(k_rrf))
     _write(output, fused, f"rrf{k_rrf:g}")
@@ -256,8 +282,8 @@ def _any_hit(top: np.ndarray) -> float:
 
 
 def tune_linear_weight(bm25_dev: Source, dense_dev: Source, grid: Sequence[float] = DEFAULT_GRID,
-                       metric_k: int = 100, qrels: str | Path | Mapping | None = None,
-                       normalize: str = "minmax", metric: str = "mrr") -> tuple[float, list[dict[str, Any]]]:
+                       metric_k: int = _DEFAULTS.metric_k, qrels: str | Path | Mapping | None = None,
+                       normalize: str = _DEFAULTS.normalize, metric: str = _DEFAULTS.metric) -> tuple[float, list[dict[str, Any]]]:
     """The grid weight with the best dev metric (ties → the smaller weight) and the whole table.
 
     ``metric="topk"``: QA results: top-``metric_k`` accuracy (a passage with ``has_answer`` in the fused

@@ -18,7 +18,7 @@ import numpy as np
 from dpr.checks import MAX_K, check_int
 from dpr.data.questions import read_questions, read_split_queries, split_questions
 from dpr.retrieval import records
-from dpr.retrieval.fusion import DEFAULT_GRID, Run, fuse_linear, fuse_rrf, tune_linear_weight
+from dpr.retrieval.fusion import DEFAULT_GRID, DEFAULT_K_RRF, HybridConfig, Run, fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.retrieval.retriever import Retriever
 
 log = logging.getLogger(__name__)
@@ -123,11 +123,11 @@ def hybrid_retrieve(
     dense_dev: str | Path | None = None,
     qrels_dev: str | Path | None = None,
     grid: Sequence[float] = DEFAULT_GRID,
-    metric_k: int = 100,
-    metric: str = "mrr",
-    normalize: str = "minmax",
+    metric_k: int = HybridConfig.metric_k,
+    metric: str = HybridConfig.metric,
+    normalize: str = HybridConfig.normalize,
     k: int = 100,
-    k_rrf: float = 60,
+    k_rrf: float = DEFAULT_K_RRF,
 ) -> dict[str, Any]:
     """Fuse a BM25 and a dense result file (results JSON or TREC runs) into ``output``.
 
