@@ -49,17 +49,22 @@ def _check_same_keys(report: dict) -> None:
 
 def _check_rerank_order(out: Path, data_root: Path) -> None:
     """Each reranked test list is the first stage's top K sorted by the cross-encoder's logit (rescored
-    here, pair by pair), then the first stage's other passages in their order."""
+    here, pair by pair) mixed with the first stage's score at the dev-chosen weight, then the first stage's
+    other passages in their order."""
     from dpr.data.results import read_results
     from dpr.rerank.model import document_text, load_cross_encoder
     from dpr.rerank.score import score_pairs
+
+    def minmax(xs):
+        lo, hi = min(xs), max(xs)
+        return [0.0] * len(xs) if hi <= lo else [(x - lo) / (hi - lo) for x in xs]
 
     model, tok, s = load_cross_encoder(out / "teacher" / "cross_encoder")
     notes = json.loads((out / "eval" / "report.json").read_text())["notes"]["rerank"]["systems"]
     first = {"bm25": out / "bm25" / "test.json", "dense": out / "dense" / "test.json",
              "hybrid": out / "hybrid" / "test.json"}
     for name, path in first.items():
-        k = notes[name + "+rerank"]["k"]
+        k, w = notes[name + "+rerank"]["k"], notes[name + "+rerank"]["weight"]
         assert k in (2, 5)
         before = read_results(path)
         after = read_results(out / "rerank" / name / "test.json")
@@ -72,8 +77,15 @@ def _check_rerank_order(out: Path, data_root: Path) -> None:
             by_id = {c["id"]: x for c, x in zip(top, logits)}
             head = a["ctxs"][:k]
             assert sorted(c["id"] for c in head) == sorted(by_id)
-            assert [c["score"] for c in head] == pytest.approx([by_id[c["id"]] for c in head], abs=1e-4)
-            assert all(by_id[x["id"]] >= by_id[y["id"]] - 1e-5 for x, y in zip(head, head[1:]))
+            assert [c["rerank_logit"] for c in head] == pytest.approx([by_id[c["id"]] for c in head], abs=1e-4)
+            first_score = {c["id"]: c["score"] for c in top}
+            assert [c["first_stage_score"] for c in head] == [first_score[c["id"]] for c in head]
+            # the written score is the mix of the stored logit and first-stage score, and the head is sorted by it
+            mix = [x + (w * y if w else 0.0) for x, y in zip(
+                minmax([c["rerank_logit"] for c in head]) if w else [c["rerank_logit"] for c in head],
+                minmax([c["first_stage_score"] for c in head]))]
+            assert [c["score"] for c in head] == pytest.approx(mix, abs=1e-6)
+            assert all(x["score"] >= y["score"] for x, y in zip(head, head[1:]))
             assert [c["id"] for c in a["ctxs"][k:]] == [c["id"] for c in b["ctxs"][k:]]
 
 
