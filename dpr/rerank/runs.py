@@ -22,6 +22,7 @@ import torch
 
 from dpr.rerank.model import document_text
 from dpr.rerank.score import score_pairs
+from dpr.retrieval.fusion import normalize_scores
 
 PairScores = dict[tuple[str, str], float]
 
@@ -73,11 +74,6 @@ def pair_scores(model: torch.nn.Module, tokenizer: Any, settings: Mapping[str, A
     return scores
 
 
-def _minmax(values: Sequence[float]) -> list[float]:
-    lo, hi = min(values), max(values)
-    return [0.0] * len(values) if hi <= lo else [(v - lo) / (hi - lo) for v in values]
-
-
 def reranked(records: Sequence[Mapping[str, Any]], scores: PairScores, k: int, weight: float = 0.0) -> list[dict]:
     """Each record's top ``k`` by the cross-encoder's logit, then its remaining ctxs in the first stage's order.
 
@@ -91,7 +87,8 @@ def reranked(records: Sequence[Mapping[str, Any]], scores: PairScores, k: int, w
         head = [scores[(rec["question"], str(c["id"]))] for c in ctxs[:k]]
         final = head
         if weight and head:
-            final = [a + weight * b for a, b in zip(_minmax(head), _minmax([float(c["score"]) for c in ctxs[:k]]))]
+            first = normalize_scores([float(c["score"]) for c in ctxs[:k]])
+            final = (normalize_scores(head) + weight * first).tolist()
         order = sorted(range(len(head)), key=lambda j: (-final[j], j))
         top = [{**ctxs[j], "score": final[j], "rerank_logit": head[j], "first_stage_score": ctxs[j]["score"],
                 "first_stage_rank": j} for j in order]
