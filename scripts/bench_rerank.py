@@ -27,7 +27,10 @@ batches. Ours: `dpr.rerank.train.train_step` with the listwise loss (our default
 installed) with ``ListNetLoss`` on (query, [docs], labels) rows from its data collator, labels 0 for the
 positive and -inf for the negatives: a one-hot softmax target, so the loss is exactly our listwise loss
 (softmax cross-entropy of the positive over its group). ListNet forwards ``batch`` pairs at a time
-(its default ``mini_batch_size``), ours all ``batch x (1 + N)`` pairs at once. Then, for both, the same
+(its default ``mini_batch_size``); ours forwards ``rerank.train.micro_batch`` pairs at a time sorted by length
+(its default; 0 = all ``batch x (1 + N)`` at once), and the other setting runs as a lever row
+(``ours-micro-batch-<n>`` or ``ours-one-forward``). Malloc tuning as ``dpr-rerank train`` sets it
+(`dpr.perf.malloc`, process-wide, so the peer has it too). Then, for both, the same
 clipping, AdamW (`dpr.training.optim.build_optimizer`) and linear schedule; each row trains its own copy
 from the same weights, steps interleaved (ours, peer, ...); per_s = pairs a step / the median step time
 (the first step, which pays kernel set-up, not counted).
@@ -232,7 +235,9 @@ def _peer_trainer(st_dir: Path, args, tmp: Path):
 
 def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: dict, tmp: Path) -> dict:
     from dpr.perf import mfu, total_flops
+    from dpr.perf.malloc import keep_freed_memory
     from dpr.perf.report import bench_report, row
+    from dpr.rerank.config import RerankTrainConfig
     from dpr.rerank.data import collate
     from dpr.rerank.losses import LOSSES
     from dpr.rerank.model import document_text, load_cross_encoder
@@ -240,6 +245,8 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
     from dpr.rerank.train import train_step
     from dpr.training.optim import build_optimizer, linear_schedule, resolve_warmup
 
+    # what `dpr-rerank train` sets first (process-wide: the peer's steps get it too, which only helps the peer)
+    malloc_tuned = keep_freed_memory()
     steps, bs = args.steps, args.train_batch_size
     groups, source, skipped = load_groups(args, steps * bs)
     batches = [groups[i * bs:(i + 1) * bs] for i in range(steps)]
@@ -251,12 +258,12 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
         opt = build_optimizer(net, args.lr, args.weight_decay)
         return opt, linear_schedule(opt, warmup, steps)
 
-    def make_ours(p: str):
+    def make_ours(p: str, micro_batch: int):
         model = load_cross_encoder(ce_dir)[0].train()
         opt, sched = schedule(model)
         ctx = precision_context(p)[0]
         return lambda b: train_step(model, tok, b, opt, sched, LOSSES["listwise"], ctx, max_len, title,
-                                    args.max_grad_norm)["loss"]
+                                    args.max_grad_norm, micro_batch)["loss"]
 
     def make_peer(p: str):
         ce, trainer = _peer_trainer(st_dir, args, tmp)
@@ -275,9 +282,15 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
             return float(loss)
         return step
 
-    sides = {}
+    # ours = `dpr-rerank train`'s step: its micro_batch default; the other setting is the lever row
+    default_micro = RerankTrainConfig().micro_batch
+    lever_micro = args.micro_batch_lever if default_micro == 0 else 0
+    lever = f"micro-batch-{lever_micro}" if lever_micro else "one-forward"
+    sides, micro_of = {}, {"ours": default_micro, f"ours-{lever}": lever_micro}
     for p in precisions:
-        sides[("ours", p)], sides[(PEER, p)] = make_ours(p), make_peer(p)
+        sides[("ours", p)], sides[(PEER, p)] = make_ours(p, default_micro), make_peer(p)
+        if lever_micro != default_micro:
+            sides[(f"ours-{lever}", p)] = make_ours(p, lever_micro)
     if args.threads > 0:  # building a trainer must not have changed it
         torch.set_num_threads(args.threads)
     res = {key: {"times": [], "losses": []} for key in sides}
@@ -297,12 +310,16 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
         secs = statistics.median(side["times"][timed])
         flops = statistics.median(total_flops(config, [s], training=True) for s in shapes[timed])
         ours_losses = res[("ours", p)]["losses"]
-        rows.append(row(system, p, pairs_per_step / secs, mfu(flops, secs, peaks.get(p)) if system == "ours" else None,
+        levers = ([f"rerank.train.precision={p}", f"rerank.train.micro_batch={micro_of[system]}"]
+                  if system in micro_of else ["torch.autocast(bfloat16)"] if p == "bf16" else [])
+        rows.append(row(system, p, pairs_per_step / secs,
+                        mfu(flops, secs, peaks.get(p)) if system.startswith("ours") else None, levers=levers,
                         median_step_s=round(secs, 4), times_s=[round(t, 4) for t in side["times"]],
                         first_loss=round(side["losses"][0], 6), last_loss=round(side["losses"][-1], 6),
                         mean_loss=round(statistics.fmean(side["losses"]), 6),
                         max_abs_loss_diff_vs_ours=round(max(abs(a - b) for a, b in zip(side["losses"], ours_losses)), 7)))
     return bench_report(rows, PEER, precision_context("auto")[1], peaks, unit="pairs/s", steps=steps,
+                        malloc_tuning=malloc_tuned,
                         batch_size=bs, negatives=args.negatives, pairs_per_step=pairs_per_step, source=source,
                         groups_skipped=skipped, max_length=max_len, loss="listwise",
                         peer_call="CrossEncoderTrainer.training_step + ListNetLoss (one-hot target)",
@@ -327,6 +344,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--max-length", type=int, default=d.max_length, help="for a fresh model (a trained one keeps its own)")
     ap.add_argument("--steps", type=int, default=10, help="training steps per row (the first is not timed)")
+    ap.add_argument("--micro-batch-lever", type=int, default=8,
+                    help="the lever row's rerank.train.micro_batch when the default is 0 (one forward)")
     ap.add_argument("--train-batch-size", type=int, default=d.train.batch_size, help="questions per training step")
     ap.add_argument("--negatives", type=int, default=d.train.negatives)
     ap.add_argument("--lr", type=float, default=d.train.lr)

@@ -33,6 +33,7 @@ class RerankTrainConfig:
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0        # <= 0: measure only
+    micro_batch: int = 0              # > 0: pairs per forward, sorted by length (same loss; docs/results/benchmarks.md)
     precision: str = "auto"           # auto (bf16 autocast on CPUs with bf16) | fp32 | bf16
     cpu_threads: int = 0              # > 0: torch threads for the run
     seed: int = 42
@@ -90,7 +91,11 @@ class RerankConfig:
         return {"max_length": self.max_length, "title": self.title}
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if not d["train"]["micro_batch"]:
+            # added after teacher runs were recorded: 0 is what they ran, so their fingerprints still hold
+            del d["train"]["micro_batch"]
+        return d
 
 
 # The allowed range of every numeric key (checked by `dpr.config.check_ranges`, as TrainConfig's are).
@@ -100,7 +105,7 @@ RERANK_TRAIN_RANGES: dict[str, Range] = {
     "negatives": Int(0), "epochs": Int(0), "max_steps": Int(0, note="0: epochs decide"),
     "max_questions": Int(0, note="0: all"), "cpu_threads": Int(0, note="0: torch's default"),
     "save_every": Int(0, note="0: no checkpoints"), "keep_checkpoints": Int(0), "eval_every": Int(0),
-    "val_max_questions": Int(0, note="0: all"),
+    "val_max_questions": Int(0, note="0: all"), "micro_batch": Int(0, note="0: every pair in one forward"),
     "lr": Real(0, 1, lo_open=True), "weight_decay": Real(0, 10), "warmup_ratio": Real(0, 1),
     "max_grad_norm": Real(note="<= 0: measure only"),
 }
