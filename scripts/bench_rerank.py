@@ -27,9 +27,9 @@ batches. Ours: `dpr.rerank.train.train_step` with the listwise loss (our default
 installed) with ``ListNetLoss`` on (query, [docs], labels) rows from its data collator, labels 0 for the
 positive and -inf for the negatives: a one-hot softmax target, so the loss is exactly our listwise loss
 (softmax cross-entropy of the positive over its group). ListNet forwards ``batch`` pairs at a time
-(its default ``mini_batch_size``); ours forwards ``rerank.train.micro_batch`` pairs at a time sorted by length
+(its default ``mini_batch_size``); ours forwards ``rerank.train.length_bucket_size`` pairs at a time sorted by length
 (its default; 0 = all ``batch x (1 + N)`` at once), and the other setting runs as a lever row
-(``ours-micro-batch-<n>`` or ``ours-one-forward``). Malloc tuning as ``dpr-rerank train`` sets it
+(``ours-length-buckets-<n>`` or ``ours-one-forward``). Malloc tuning as ``dpr-rerank train`` sets it
 (`dpr.perf.malloc`, process-wide, so the peer has it too). Then, for both, the same
 clipping, AdamW (`dpr.training.optim.build_optimizer`) and linear schedule; each row trains its own copy
 from the same weights, steps interleaved (ours, peer, ...); per_s = pairs a step / the median step time
@@ -258,12 +258,12 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
         opt = build_optimizer(net, args.lr, args.weight_decay)
         return opt, linear_schedule(opt, warmup, steps)
 
-    def make_ours(p: str, micro_batch: int):
+    def make_ours(p: str, length_bucket_size: int):
         model = load_cross_encoder(ce_dir)[0].train()
         opt, sched = schedule(model)
         ctx = precision_context(p)[0]
         return lambda b: train_step(model, tok, b, opt, sched, LOSSES["listwise"], ctx, max_len, title,
-                                    args.max_grad_norm, micro_batch)["loss"]
+                                    args.max_grad_norm, length_bucket_size)["loss"]
 
     def make_peer(p: str):
         ce, trainer = _peer_trainer(st_dir, args, tmp)
@@ -282,15 +282,15 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
             return float(loss)
         return step
 
-    # ours = `dpr-rerank train`'s step: its micro_batch default; the other setting is the lever row
-    default_micro = RerankTrainConfig().micro_batch
-    lever_micro = args.micro_batch_lever if default_micro == 0 else 0
-    lever = f"micro-batch-{lever_micro}" if lever_micro else "one-forward"
-    sides, micro_of = {}, {"ours": default_micro, f"ours-{lever}": lever_micro}
+    # ours = `dpr-rerank train`'s step: its length_bucket_size default; the other setting is the lever row
+    default_buckets = RerankTrainConfig().length_bucket_size
+    lever_buckets = args.length_bucket_lever if default_buckets == 0 else 0
+    lever = f"length-buckets-{lever_buckets}" if lever_buckets else "one-forward"
+    sides, buckets_of = {}, {"ours": default_buckets, f"ours-{lever}": lever_buckets}
     for p in precisions:
-        sides[("ours", p)], sides[(PEER, p)] = make_ours(p, default_micro), make_peer(p)
-        if lever_micro != default_micro:
-            sides[(f"ours-{lever}", p)] = make_ours(p, lever_micro)
+        sides[("ours", p)], sides[(PEER, p)] = make_ours(p, default_buckets), make_peer(p)
+        if lever_buckets != default_buckets:
+            sides[(f"ours-{lever}", p)] = make_ours(p, lever_buckets)
     if args.threads > 0:  # building a trainer must not have changed it
         torch.set_num_threads(args.threads)
     res = {key: {"times": [], "losses": []} for key in sides}
@@ -310,8 +310,8 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
         secs = statistics.median(side["times"][timed])
         flops = statistics.median(total_flops(config, [s], training=True) for s in shapes[timed])
         ours_losses = res[("ours", p)]["losses"]
-        levers = ([f"rerank.train.precision={p}", f"rerank.train.micro_batch={micro_of[system]}"]
-                  if system in micro_of else ["torch.autocast(bfloat16)"] if p == "bf16" else [])
+        levers = ([f"rerank.train.precision={p}", f"rerank.train.length_bucket_size={buckets_of[system]}"]
+                  if system in buckets_of else ["torch.autocast(bfloat16)"] if p == "bf16" else [])
         rows.append(row(system, p, pairs_per_step / secs,
                         mfu(flops, secs, peaks.get(p)) if system.startswith("ours") else None, levers=levers,
                         median_step_s=round(secs, 4), times_s=[round(t, 4) for t in side["times"]],
@@ -344,8 +344,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--max-length", type=int, default=d.max_length, help="for a fresh model (a trained one keeps its own)")
     ap.add_argument("--steps", type=int, default=10, help="training steps per row (the first is not timed)")
-    ap.add_argument("--micro-batch-lever", type=int, default=8,
-                    help="the lever row's rerank.train.micro_batch when the default is 0 (one forward)")
+    ap.add_argument("--length-bucket-lever", type=int, default=8,
+                    help="the lever row's rerank.train.length_bucket_size when the default is 0 (one forward)")
     ap.add_argument("--train-batch-size", type=int, default=d.train.batch_size, help="questions per training step")
     ap.add_argument("--negatives", type=int, default=d.train.negatives)
     ap.add_argument("--lr", type=float, default=d.train.lr)

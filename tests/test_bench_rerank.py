@@ -56,7 +56,7 @@ def test_bench_rerank_json_scores_and_losses_match_the_peer(tiny_cross_encoder, 
         "--model", str(tiny_cross_encoder), "--results", str(results), "--k", "5", "--pairs", "10",
         "--data-dir", str(tiny_data_dir), "--data", "tiny", "--batch-size", "4", "--repeats", "2", "--warmup", "0",
         "--precision", "both", "--threads", "1", "--steps", "3", "--train-batch-size", "2",
-        "--negatives", str(NEGATIVES), "--lr", "1e-2", "--peak-n", "64", "--micro-batch-lever", "4",
+        "--negatives", str(NEGATIVES), "--lr", "1e-2", "--peak-n", "64", "--length-bucket-lever", "4",
         "--json", str(out)])  # 2 x (1 + N) = 6 pairs a step: the lever forwards them as 4 + 2
     rep = json.loads(out.read_text())
     assert rep["precisions"] == ["fp32"] and "bf16" in rep["skipped"]  # both = fp32 only without native bf16
@@ -64,7 +64,7 @@ def test_bench_rerank_json_scores_and_losses_match_the_peer(tiny_cross_encoder, 
     for part in ("score", "train"):
         sub = rep[part]
         assert set(sub) >= KEYS and set(sub["ratio"]) == {"fp32", "bf16", "best"} and sub["unit"] == "pairs/s"
-        lever = {("ours-micro-batch-4", "fp32")} if part == "train" else set()  # the default micro_batch is 0
+        lever = {("ours-length-buckets-4", "fp32")} if part == "train" else set()  # the default length_bucket_size is 0
         assert {(r["system"], r["precision"]) for r in sub["rows"]} == {("ours", "fp32"), ("sentence-transformers", "fp32")} | lever
         for r in sub["rows"]:
             assert r["per_s"] > 0 and (r["mfu"] is not None) == r["system"].startswith("ours")
@@ -84,11 +84,11 @@ def test_bench_rerank_json_scores_and_losses_match_the_peer(tiny_cross_encoder, 
     assert abs(ours["first_loss"] - math.log(1 + NEGATIVES)) > 0.05 and ours["last_loss"] != ours["first_loss"]
     assert theirs["first_loss"] == pytest.approx(ours["first_loss"], abs=1e-4)
     assert theirs["max_abs_loss_diff_vs_ours"] <= 1e-4  # every step: same batches, same gradients, same AdamW
-    # the micro-batched forward is the same step: its own copy's losses follow ours step for step
-    assert rows["ours-micro-batch-4"]["max_abs_loss_diff_vs_ours"] <= 1e-4
-    assert ours["levers"] == ["rerank.train.precision=fp32", "rerank.train.micro_batch=0"]
-    assert rows["ours-micro-batch-4"]["levers"][-1] == "rerank.train.micro_batch=4"
-    assert "micro-batch-4" in train["ratio_levers"]
+    # length buckets give the same step: its own copy's losses follow ours step for step
+    assert rows["ours-length-buckets-4"]["max_abs_loss_diff_vs_ours"] <= 1e-4
+    assert ours["levers"] == ["rerank.train.precision=fp32", "rerank.train.length_bucket_size=0"]
+    assert rows["ours-length-buckets-4"]["levers"][-1] == "rerank.train.length_bucket_size=4"
+    assert "length-buckets-4" in train["ratio_levers"]
 
 
 def test_synthetic_fallback_gives_the_peer_expressible_groups(tmp_path):

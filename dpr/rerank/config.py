@@ -33,7 +33,7 @@ class RerankTrainConfig:
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0        # <= 0: measure only
-    micro_batch: int = 0              # > 0: pairs per forward, sorted by length (same loss; docs/results/benchmarks.md)
+    length_bucket_size: int = 0       # > 0: forward length-sorted buckets of N pairs (same loss and gradients)
     precision: str = "auto"           # auto (bf16 autocast on CPUs with bf16) | fp32 | bf16
     cpu_threads: int = 0              # > 0: torch threads for the run
     seed: int = 42
@@ -92,9 +92,9 @@ class RerankConfig:
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        if not d["train"]["micro_batch"]:
+        if not d["train"]["length_bucket_size"]:
             # added after teacher runs were recorded: 0 is what they ran, so their fingerprints still hold
-            del d["train"]["micro_batch"]
+            del d["train"]["length_bucket_size"]
         return d
 
 
@@ -105,7 +105,8 @@ RERANK_TRAIN_RANGES: dict[str, Range] = {
     "negatives": Int(0), "epochs": Int(0), "max_steps": Int(0, note="0: epochs decide"),
     "max_questions": Int(0, note="0: all"), "cpu_threads": Int(0, note="0: torch's default"),
     "save_every": Int(0, note="0: no checkpoints"), "keep_checkpoints": Int(0), "eval_every": Int(0),
-    "val_max_questions": Int(0, note="0: all"), "micro_batch": Int(0, note="0: every pair in one forward"),
+    "val_max_questions": Int(0, note="0: all"),
+    "length_bucket_size": Int(0, note="0: every pair in one forward"),
     "lr": Real(0, 1, lo_open=True), "weight_decay": Real(0, 10), "warmup_ratio": Real(0, 1),
     "max_grad_norm": Real(note="<= 0: measure only"),
 }

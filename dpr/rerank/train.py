@@ -76,24 +76,25 @@ def _resume(tcfg, out: Path, fingerprint: str, model, optimizer, scheduler) -> t
 
 
 def forward_logits(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], autocast: Any,
-                   micro_batch: int = 0) -> torch.Tensor:
+                   length_bucket_size: int = 0) -> torch.Tensor:
     """The one logit of every row of ``batch`` (float32, ``[rows]``), with the graph for backward.
 
-    ``micro_batch`` > 0: rows sorted by token length, forwarded ``micro_batch`` at a time, each chunk cut to its
-    own longest row (right padding, masked, so a row's logit is the same up to float rounding); the logits go
-    back to the rows' order before the loss. Why: on the CPU one forward of 32 pairs of ~190 tokens trains
-    1.7x slower than four of 8 (bf16, AMX Xeon; ``scripts/bench_rerank.py``'s ``ours-one-forward`` row), and
-    sorted chunks pad less. The loss and its gradient are the full batch's: the chunks share one backward.
+    ``length_bucket_size`` > 0 (the retriever trainer's ``train.length_bucket_size``, for pairs): rows sorted
+    by token length, forwarded that many at a time, each bucket cut to its own longest row (right padding,
+    masked, so a row's logit is the same up to float rounding); the logits go back to the rows' order before
+    the loss, and the buckets share one backward, so loss and gradients are the one forward's. Why: on the
+    CPU one forward of 32 pairs of ~190 tokens trains 1.8x slower in fp32 than four buckets of 8
+    (`scripts/bench_rerank.py`, docs/results/benchmarks.md).
     """
     rows = batch["input_ids"].shape[0]
-    if micro_batch <= 0 or micro_batch >= rows:
+    if length_bucket_size <= 0 or length_bucket_size >= rows:
         with autocast:
             return model(**batch).logits.float().view(-1)
     lengths = batch["attention_mask"].sum(dim=1)
     order = torch.argsort(lengths, descending=True, stable=True)
     parts = []
-    for start in range(0, rows, micro_batch):
-        idx = order[start:start + micro_batch]
+    for start in range(0, rows, length_bucket_size):
+        idx = order[start:start + length_bucket_size]
         width = int(lengths[idx].max())
         with autocast:
             parts.append(model(**{k: v[idx, :width] for k, v in batch.items()}).logits.float().view(-1))
@@ -103,15 +104,16 @@ def forward_logits(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], au
 
 def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], optimizer: torch.optim.Optimizer,
                scheduler: Any, loss_fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-               autocast: Any, max_length: int, use_title: bool, max_grad_norm: float, micro_batch: int = 0) -> dict:
+               autocast: Any, max_length: int, use_title: bool, max_grad_norm: float,
+               length_bucket_size: int = 0) -> dict:
     """One optimizer step on ``groups`` (what `train_cross_encoder` runs per step; `scripts/bench_rerank.py`
-    times it): tokenize the groups' pairs into one batch, forward under ``autocast`` (``micro_batch`` pairs at a
-    time: `forward_logits`), ``loss_fn`` over the ``[groups, 1 + N]`` logits, backward, clip, AdamW and
+    times it): tokenize the groups' pairs into one batch, forward under ``autocast`` (in length buckets:
+    `forward_logits`), ``loss_fn`` over the ``[groups, 1 + N]`` logits, backward, clip, AdamW and
     schedule step. Returns the step's figures (loss and group accuracy before the update, the learning rate
     it used, the gradient norm before clipping)."""
     batch = collate(groups, tokenizer, max_length, use_title)
     positive, ignore = batch.pop("positive"), batch.pop("ignore")
-    scores = forward_logits(model, batch, autocast, micro_batch).view(len(groups), -1)
+    scores = forward_logits(model, batch, autocast, length_bucket_size).view(len(groups), -1)
     loss = loss_fn(scores, positive, ignore)
     loss.backward()
     lr = scheduler.get_last_lr()[0]
@@ -170,7 +172,7 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
             epoch, groups = batches.groups(step)
             figures = {"epoch": epoch, **train_step(model, tokenizer, groups, optimizer, scheduler, loss_fn, autocast,
                                                     cfg.max_length, cfg.title, tcfg.max_grad_norm,
-                                                    tcfg.micro_batch),
+                                                    tcfg.length_bucket_size),
                        "seconds": round(time.perf_counter() - t0, 2)}
             logger.log_train(step + 1, figures)
             if (step + 1) % tcfg.log_every == 0:

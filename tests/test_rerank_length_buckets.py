@@ -1,4 +1,4 @@
-"""``rerank.train.micro_batch``: the cross-encoder's training forward in length-sorted chunks gives the
+"""``rerank.train.length_bucket_size``: the cross-encoder's training forward in length-sorted chunks gives the
 one-forward logits, loss and gradients (float rounding apart), in the rows' own order."""
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def test_chunked_forward_equals_one_forward(tiny_model_dir, micro):
         torch.testing.assert_close(many[2][name], one[2][name], rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_micro_batch_is_checked_and_left_out_of_old_fingerprints():
-    with pytest.raises(ValueError, match="micro_batch"):
-        RerankConfig.from_dict({"train": {"micro_batch": -1}})
-    assert "micro_batch" not in RerankConfig().as_dict()["train"]  # 0: the recorded runs' behaviour
-    assert RerankConfig.from_dict({"train": {"micro_batch": 8}}).as_dict()["train"]["micro_batch"] == 8
+def test_length_bucket_size_is_checked_and_left_out_of_old_fingerprints():
+    with pytest.raises(ValueError, match="length_bucket_size"):
+        RerankConfig.from_dict({"train": {"length_bucket_size": -1}})
+    assert "length_bucket_size" not in RerankConfig().as_dict()["train"]  # 0: the recorded runs' behaviour
+    assert RerankConfig.from_dict({"train": {"length_bucket_size": 8}}).as_dict()["train"]["length_bucket_size"] == 8
