@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from dpr.atomic import write_json_atomic
+from dpr.models.length_buckets import encode_bucketed
 from dpr.perf.malloc import keep_freed_memory
 from dpr.rerank.config import RerankConfig
 from dpr.rerank.data import Group, GroupBatches, collate, read_groups_source
@@ -79,27 +80,15 @@ def forward_logits(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], au
                    length_bucket_size: int = 0) -> torch.Tensor:
     """The one logit of every row of ``batch`` (float32, ``[rows]``), with the graph for backward.
 
-    ``length_bucket_size`` > 0 (the retriever trainer's ``train.length_bucket_size``, for pairs): rows sorted
-    by token length, forwarded that many at a time, each bucket cut to its own longest row (right padding,
-    masked, so a row's logit is the same up to float rounding); the logits go back to the rows' order before
-    the loss, and the buckets share one backward, so loss and gradients are the one forward's. Why: on the
-    CPU one forward of 32 pairs of ~190 tokens trains 1.8x slower in fp32 than four buckets of 8
-    (`scripts/bench_rerank.py`, docs/results/benchmarks.md).
+    ``length_bucket_size`` > 0: the retriever trainer's length buckets (`dpr.models.length_buckets`), for
+    pairs: rows sorted by token length, forwarded that many at a time, each bucket cut to its own longest row
+    (a row's logit is the one forward's up to float rounding); the buckets share one backward, so loss and
+    gradients are the one forward's. Why: on the CPU one forward of 32 pairs of ~190 tokens trains 1.8x
+    slower in fp32 than four buckets of 8 (`scripts/bench_rerank.py`, docs/results/benchmarks.md).
     """
-    rows = batch["input_ids"].shape[0]
-    if length_bucket_size <= 0 or length_bucket_size >= rows:
-        with autocast:
-            return model(**batch).logits.float().view(-1)
-    lengths = batch["attention_mask"].sum(dim=1)
-    order = torch.argsort(lengths, descending=True, stable=True)
-    parts = []
-    for start in range(0, rows, length_bucket_size):
-        idx = order[start:start + length_bucket_size]
-        width = int(lengths[idx].max())
-        with autocast:
-            parts.append(model(**{k: v[idx, :width] for k, v in batch.items()}).logits.float().view(-1))
-    sorted_logits = torch.cat(parts)
-    return torch.zeros_like(sorted_logits).index_copy(0, order, sorted_logits)
+    with autocast:
+        logits = encode_bucketed(lambda **inputs: model(**inputs).logits, batch, length_bucket_size)
+    return logits.float().view(-1)
 
 
 def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], optimizer: torch.optim.Optimizer,
