@@ -11,15 +11,16 @@ Runtime: ``runtime=auto`` (default: ``onnx`` where the encode runs in fp32 on an
 once, cached by the model's fingerprint, run by ONNX Runtime on the CPU in fp32).
 
 Weights: ``weights=auto`` (default, = fp32: fp32 weights under ``autocast``, today's path), ``fp32`` or
-``bf16`` (`dpr.models.weights`: the weights cast to bf16 once, no autocast).
+``bf16`` (`dpr.models.weights`: the weights cast to bf16 once, no autocast). ``compile=true``
+(`dpr.models.compile`, default false): the passage tower run through ``torch.compile(dynamic=True)``.
 
 Resuming: a shard whose manifest exists and matches (content fingerprints of the model and the
-passages file, `dpr.index.fingerprint`; dtype, max length, range, quantize, runtime, weights) is skipped.
-Finished shards written with another ``weights`` setting are refused (one error naming the manifest):
-bf16-weight and fp32-weight vectors differ by more than float rounding, and one index must not mix
-them. Anything else is redone from scratch: files are written under temp names (``.shard_*.tmp``) and
-renamed at the end, manifest last, so a killed run leaves nothing that looks finished and never
-duplicates a passage.
+passages file, `dpr.index.fingerprint`; dtype, max length, range, quantize, runtime, weights, compile) is
+skipped. Finished shards written with another ``weights`` or ``compile`` setting are refused (one error naming
+the manifest and the field): bf16-weight and fp32-weight vectors differ by more than float rounding, compiled
+and eager ones by rounding, and one index must not mix either. Anything else is redone from scratch:
+files are written under temp names (``.shard_*.tmp``) and renamed at the end, manifest last, so a killed
+run leaves nothing that looks finished and never duplicates a passage.
 
 Under torchrun each rank encodes shards ``i % world_size == rank`` (no process group needed).
 """
@@ -88,13 +89,13 @@ def _expected_manifest(files_count: int, start: int, end: int, shard_id: int, nu
 
 
 def _common_manifest(model_path: str | Path, passages_path: Path, total: int, dtype: str, max_length: int | None,
-                     quantize: str, runtime: str, weights: str = "fp32") -> dict:
+                     quantize: str, runtime: str, weights: str = "fp32", compile: bool = False) -> dict:
     """What every shard's manifest records about the run (what a finished shard must match to be reused)."""
     model_id = str(Path(model_path).resolve()) if Path(str(model_path)).is_dir() else str(model_path)
     return {"model": model_id, "model_fingerprint": model_fingerprint(model_path),
             "passages": passages_signature(passages_path), "passages_sha256": passages_fingerprint(passages_path),
             "total": total, "dtype": dtype, "max_length": max_length, "quantize": quantize, "runtime": runtime,
-            "weights": weights}
+            "weights": weights, "compile": compile}
 
 
 def _is_finished(files: ShardFiles, expected: dict) -> bool:
@@ -102,28 +103,35 @@ def _is_finished(files: ShardFiles, expected: dict) -> bool:
     if manifest is None:
         return False
     keys = ("shard_id", "num_shards", "start", "end", "total", "count", "dtype", "model_fingerprint",
-            "passages_sha256", "max_length", "quantize", "runtime", "weights")
-    # Shards written before the runtime / weights were recorded were encoded by torch from fp32 weights.
+            "passages_sha256", "max_length", "quantize", "runtime", "weights", "compile")
+    # Shards written before the runtime / weights / compile were recorded: torch, fp32 weights, eager.
     return all(manifest.get(k, _RECORDED_LATER.get(k)) == expected.get(k) for k in keys)
 
 
 # Manifest keys added after shards were first written, and the value older shards had.
-_RECORDED_LATER = {"runtime": "torch", "weights": "fp32"}
+_RECORDED_LATER = {"runtime": "torch", "weights": "fp32", "compile": False}
 
 
-def _refuse_mixed_weights(out: Path, num_shards: int, weights: str) -> None:
-    """A finished shard of this run's layout written with another ``weights`` setting: refuse the resume
-    (one index of bf16-weight and fp32-weight vectors would rank by two different encoders)."""
+def _setting(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)  # compile=true, as typed on the CLI
+
+
+def _refuse_mixed(out: Path, num_shards: int, settings: dict[str, Any]) -> None:
+    """A finished shard of this run's layout written with another ``weights`` / ``compile`` setting: refuse
+    the resume (one index of bf16-weight and fp32-weight vectors, or of compiled and eager ones, would rank by
+    two different computations)."""
     for i in range(num_shards):
         files = ShardFiles.of(out, i, num_shards)
         if not files.manifest.exists():
             continue
         manifest = check_shard(files)
-        old = (manifest or {}).get("weights", _RECORDED_LATER["weights"])
-        if manifest is not None and old != weights:
-            raise DataError(files.manifest, f"shard written with weights={old}, this run encodes with "
-                            f"weights={weights}: one index must not mix them; rerun with weights={old}, or "
-                            "use another output_dir (or delete these shards)", field="weights")
+        for key, value in settings.items():
+            old = (manifest or {}).get(key, _RECORDED_LATER[key])
+            if manifest is not None and old != value:
+                raise DataError(files.manifest, f"shard written with {key}={_setting(old)}, this run encodes with "
+                                f"{key}={_setting(value)}: one index must not mix them; rerun with "
+                                f"{key}={_setting(old)}, or use another output_dir (or delete these shards)",
+                                field=key)
 
 
 def _remove_temps(files: ShardFiles) -> None:
@@ -159,6 +167,7 @@ def encode_corpus(
     weights: str | None = "auto",
     cache_dir: str | Path | None = None,
     progress: bool = True,
+    compile: bool | str | None = False,
 ) -> Path:
     """Encode the passages with the passage tower into ``output_dir``; returns ``output_dir``.
 
@@ -172,7 +181,9 @@ def encode_corpus(
     ``<cache_dir>/onnx``, default the data cache's); ``device`` defaults to cuda:LOCAL_RANK when CUDA is
     available and the runtime is torch, else CPU; ``cache_dir`` also holds the Arrow copy of the passages
     (default: datasets' cache); ``weights`` "auto" (= fp32) | "fp32" | "bf16" (`dpr.models.weights`: bf16
-    weights replace autocast; recorded in the manifests, and a resume with another setting is refused).
+    weights replace autocast; recorded in the manifests, and a resume with another setting is refused);
+    ``compile`` (`dpr.models.compile`: the passage tower through ``torch.compile(dynamic=True)``; a torch
+    lever, so ``runtime=auto`` is torch with it; recorded and refused on a mixed resume as ``weights``).
     """
     from dpr.data.passages import load_passages
 
@@ -183,12 +194,16 @@ def encode_corpus(
     check_int("num_shards", num_shards, 1, MAX_SHARDS)
     check_optional_int("shard_id", shard_id, 0, int(num_shards) - 1, f" (num_shards={num_shards})")
     check_max_length(max_length)  # the model's own bound once it is loaded, before anything is encoded
+    from dpr.models.compile import compile_tower, require_compile, resolve_compile
     from dpr.models.onnx_runtime import require_onnxruntime, resolve_runtime
     from dpr.models.quantize import quantize_for_inference, resolve_quantize
     from dpr.models.weights import cast_weights, inference_autocast, resolve_weights
 
     quantize = resolve_quantize(quantize)  # validated before any work; the device is checked once known
     weights = resolve_weights(weights, device, autocast, quantize, str(runtime or "torch").lower())
+    compile = resolve_compile(compile, runtime, quantize)
+    if compile and str(runtime or "auto").lower() == "auto":
+        runtime = "torch"  # the compile lever is torch's: auto must not pick ONNX Runtime under it
     # auto: onnx for fp32 on an AVX-512 CPU (bf16 weights are no fp32 encode)
     runtime = resolve_runtime(runtime, device, autocast if weights == "fp32" else "bf16", quantize)
     if runtime == "onnx":
@@ -197,11 +212,11 @@ def encode_corpus(
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_other_runs(out, int(num_shards))
-    _refuse_mixed_weights(out, int(num_shards), weights)
+    _refuse_mixed(out, int(num_shards), {"weights": weights, "compile": compile})
     passages_path = Path(passages_path)
     ds = load_passages(passages_path, cache_dir=cache_dir)
     total = len(ds)
-    common = _common_manifest(model_path, passages_path, total, dtype, max_length, quantize, runtime, weights)
+    common = _common_manifest(model_path, passages_path, total, dtype, max_length, quantize, runtime, weights, compile)
 
     pending = []
     for i in todo_ids:
@@ -222,10 +237,14 @@ def encode_corpus(
     from dpr.models import iter_encode_batches, load_biencoder
 
     dev = torch.device(device) if device else torch.device("cpu") if runtime == "onnx" else default_device()
+    if compile:
+        require_compile(dev)  # no C++ compiler for inductor: one line now, not a traceback in the first batch
     model, tokenizer = load_biencoder(str(model_path))
     check_max_length(max_length, model.passage_encoder)
     model.to(dev)
     model = cast_weights(quantize_for_inference(model, quantize, dev), weights)
+    if compile:
+        compile_tower(model, "passage")  # compiles lazily: the first batch pays it (and each new dtype)
     autocast = inference_autocast(weights, autocast)
     if quantize == "int8":
         autocast = "off"  # int8 kernels take fp32 activations
@@ -288,13 +307,14 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
                  vectors: np.ndarray, *, computed_with: dict, num_shards: int = 1, batch_size: int = 64,
                  dtype: str = "float16", autocast: str | None = "auto", quantize: str | None = "auto",
                  runtime: str | None = "auto", device: str | None = None, max_length: int | None = None,
-                 cache_dir: str | Path | None = None, weights: str | None = "auto") -> bool:
+                 cache_dir: str | Path | None = None, weights: str | None = "auto",
+                 compile: bool | str | None = False) -> bool:
     """Store corpus vectors computed elsewhere (the trainer's validation of the weights it saved) as the
     finished shard that ``encode_corpus`` with the same arguments would write, so that call then skips
     the encoding (~2 minutes per 3,500 passages on 2 CPU cores). Returns whether it wrote.
 
     Only vectors that are what ``encode_corpus`` would compute are stored: one shard, the torch runtime
-    without quantization from fp32 weights, the same device type, autocast dtype and max length (``computed_with``:
+    without quantization from fp32 weights, eager (no ``compile``), the same device type, autocast dtype and max length (``computed_with``:
     ``device``, ``autocast``, ``max_length`` of the vectors), every passage's id in file order. Anything
     else returns False and ``encode_corpus`` encodes as usual (batch order may differ: the same model and
     precision up to float rounding).
@@ -305,6 +325,7 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
     from dpr.distributed import device as default_device
     from dpr.index.shards import write_shard
     from dpr.models import read_biencoder_config
+    from dpr.models.compile import resolve_compile
     from dpr.models.inference import autocast_dtype
     from dpr.models.onnx_runtime import resolve_runtime
     from dpr.models.quantize import resolve_quantize
@@ -315,13 +336,15 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
     check_max_length(max_length)
     quantize = resolve_quantize(quantize)
     weights = resolve_weights(weights, device, autocast, quantize, str(runtime or "torch").lower())
-    runtime = resolve_runtime(runtime, device, autocast if weights == "fp32" else "bf16", quantize)
+    compile = resolve_compile(compile, runtime, quantize)
+    runtime = "torch" if compile and str(runtime or "auto").lower() == "auto" else \
+        resolve_runtime(runtime, device, autocast if weights == "fp32" else "bf16", quantize)
     dev = device or str(default_device())
     saved = read_biencoder_config(model_path)
     want_length = max_length if max_length is not None else saved.passage_max_length
     why = None
-    if num_shards != 1 or runtime != "torch" or quantize != "none" or weights != "fp32":
-        why = f"num_shards={num_shards}, runtime={runtime}, quantize={quantize}, weights={weights}"
+    if num_shards != 1 or runtime != "torch" or quantize != "none" or weights != "fp32" or compile:
+        why = f"num_shards={num_shards}, runtime={runtime}, quantize={quantize}, weights={weights}, compile={compile}"
     elif torch.device(dev).type != torch.device(computed_with["device"]).type or \
             autocast_dtype(dev, autocast) != autocast_dtype(computed_with["device"], computed_with["autocast"]):
         why = f"encode on {dev} with autocast {autocast}, vectors from {computed_with['device']} with " \
@@ -341,7 +364,8 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_other_runs(out, 1)
-    common = _common_manifest(model_path, Path(passages_path), len(ids), dtype, max_length, quantize, runtime, weights)
+    common = _common_manifest(model_path, Path(passages_path), len(ids), dtype, max_length, quantize, runtime, weights,
+                              compile)
     normalized = saved.similarity == "cosine"
     # the manifest encode_corpus writes (_expected_manifest: shard 0 of 1, rows 0..N), plus where it came from
     write_shard(out, 0, 1, arr, list(ids), start=0, end=len(ids), **common, normalized=normalized, seconds=0.0,

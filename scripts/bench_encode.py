@@ -6,11 +6,13 @@
     .venv/bin/python scripts/bench_encode.py --no-bf16 --json nobf16.json             # as on a CPU without bf16
 
 Model: all-MiniLM-L6-v2 (offline copy) or ``--model <HF dir>``. Texts: the first ``--n`` passages of
-squad1_open (passage text only, so both libraries see identical inputs). Rows, timed round-robin (best
-of ``--repeat``) so load from other jobs drifts over all of them alike:
+squad1_open with their titles, as ``dpr-encode`` encodes them: ours the (title, text) pairs, the peer
+``"title [SEP] text"`` (the same tokens). Rows, timed round-robin (best of ``--repeat``) so load from other
+jobs drifts over all of them alike:
 
-- fp32: ours (`dpr.models.encode_texts`, length-sorted batches, inference mode) and
-  sentence-transformers ``encode`` (its default; it also sorts by length);
+- fp32: ours (`dpr.models.encode_texts`: ``dpr-encode``'s path, `dpr.models.iter_encode_batches` with the
+  same length sort by text + title, batches padded to their longest, inference mode, ``weights=auto`` = fp32
+  weights) and sentence-transformers ``encode`` (its default; it also sorts by length);
 - bf16 (only where the CPU has native bf16; ``--no-bf16`` / ``DPR_NO_BF16=1`` pretends it has not):
   both under ``torch.autocast(bfloat16)``;
 - int8: ours with dynamic int8 ``nn.Linear`` (`dpr.models.quantize`); the peer has no torch int8 path;
@@ -19,7 +21,12 @@ of ``--repeat``) so load from other jobs drifts over all of them alike:
   its ``backend="onnx"`` (needs ``optimum``; skipped, with the reason in ``skipped``, where it is missing);
 - ``ours-bf16-weights`` (where the bf16 rows run): the encoder's weights cast to bf16 once, no autocast
   (`dpr.models.weights`, ``encode.weights=bf16``), with its min cosine against our bf16 autocast vectors too
-  (``cosine_min_vs_ours_bf16``: the lever's quality bar is >= 0.99 there and an unchanged top-20).
+  (``cosine_min_vs_ours_bf16``: the lever's quality bar is >= 0.99 there and an unchanged top-20);
+- ``ours-compiled`` (in our default torch precision; ``--no-compile`` skips it, and so does a platform where
+  torch.compile cannot compile, reason in ``skipped``): the passage tower through
+  ``torch.compile(dynamic=True)`` (`dpr.models.compile`, ``encode.compile=true``); its first pass (the compile)
+  is timed apart, ``first_pass_s`` and ``compile_s`` (first pass minus the best timed pass), with
+  ``cosine_min_vs_eager`` against our vectors in that precision (the bar: >= 0.9999).
 
 Every row lists the config keys it sets in ``levers`` (empty: the defaults of its system in that precision).
 
@@ -62,6 +69,8 @@ log = logging.getLogger("bench_encode")
 LEVERS = {("ours", "fp32"): ["encode.autocast=off"], ("ours", "bf16"): ["encode.autocast=bf16"],
           ("ours", "int8"): ["encode.quantize=int8"], ("ours-onnx", "fp32"): ["encode.runtime=onnx"],
           ("ours-bf16-weights", "bf16"): ["encode.weights=bf16"],
+          ("ours-compiled", "fp32"): ["encode.autocast=off", "encode.compile=true"],
+          ("ours-compiled", "bf16"): ["encode.autocast=bf16", "encode.compile=true"],
           ("sentence-transformers", "bf16"): ["torch.autocast(bfloat16)"],
           ("sentence-transformers-onnx", "fp32"): ['backend="onnx"']}
 
@@ -120,6 +129,26 @@ def onnx_levers(model, tok, path: str, skipped: dict, cache_dir: Path | None = N
     return ours, theirs
 
 
+def compiled_lever(model, ours, precision: str, skipped: dict) -> dict | None:
+    """The ``encode.compile=true`` row: a copy of the model with its passage tower compiled, run once untimed
+    (the compile: ``first_pass_s``); None, with the reason in ``skipped``, where torch.compile cannot compile."""
+    import copy
+
+    from dpr.models.compile import compile_tower, compile_unavailable
+
+    why = compile_unavailable("cpu")
+    if why is not None:
+        skipped["ours-compiled"] = why
+        log.info("skipped ours-compiled: %s", why)
+        return None
+    fn = ours("bf16" if precision == "bf16" else "off", compile_tower(copy.deepcopy(model), "passage"))
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    log.info("ours-compiled: first pass (compile included) %.1f s", first)
+    return {"fn": fn, "first_pass_s": first}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=512, help="passages to encode")
@@ -135,6 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-onnx", action="store_true", help="skip the ONNX Runtime rows (ours and the peer's)")
     ap.add_argument("--onnx-cache", type=Path, help="where our exported graph is cached (default: the data cache)")
     ap.add_argument("--no-corpus", action="store_true", help="skip the encode_corpus end-to-end timing")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile row (ours-compiled)")
     ap.add_argument("--peak-n", type=int, default=2048, help="matmul size for the measured peak")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
@@ -166,6 +196,8 @@ def main(argv: list[str] | None = None) -> dict:
     root = find_dataset(args.data_dir, args.dataset, prefix="bench_encode_")
     rows = list(itertools.islice(iter_passages(root / "passages.tsv"), args.n))
     texts = [r["text"] for r in rows]
+    titles = [r.get("title") or "" for r in rows]  # dpr-encode encodes (title, text) pairs
+    peer_texts = [f"{ti} [SEP] {te}" if ti else te for ti, te in zip(titles, texts)]  # the same tokens
     path = resolve_model_name(args.model)
     model, tok = load_biencoder(args.model, pooling="mean")  # sentence-transformers mean-pools a plain HF dir too
     st = SentenceTransformer(path, device="cpu")
@@ -175,12 +207,13 @@ def main(argv: list[str] | None = None) -> dict:
     peer = "sentence-transformers"
 
     def ours(autocast: str, m=model):
-        return lambda: encode_texts(m, tok, texts, "passage", batch_size=bs, autocast=autocast).numpy()
+        return lambda: encode_texts(m, tok, texts, "passage", batch_size=bs, autocast=autocast,
+                                    titles=titles).numpy()
 
     def theirs(precision: str):
         def run():
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-                return st.encode(texts, batch_size=bs, convert_to_numpy=True, show_progress_bar=False)
+                return st.encode(peer_texts, batch_size=bs, convert_to_numpy=True, show_progress_bar=False)
         return run
 
     fns, skipped = {}, {}
@@ -201,17 +234,22 @@ def main(argv: list[str] | None = None) -> dict:
         onnx_runner, st_onnx = onnx_levers(model, tok, path, skipped, args.onnx_cache)
         if onnx_runner is not None:
             fns[("ours-onnx", "fp32")] = lambda: encode_texts(model, tok, texts, "passage", batch_size=bs,
-                                                              runner=onnx_runner).numpy()
+                                                              titles=titles, runner=onnx_runner).numpy()
         if st_onnx is not None:
-            fns[(f"{peer}-onnx", "fp32")] = lambda: st_onnx.encode(texts, batch_size=bs, convert_to_numpy=True,
+            fns[(f"{peer}-onnx", "fp32")] = lambda: st_onnx.encode(peer_texts, batch_size=bs, convert_to_numpy=True,
                                                                    show_progress_bar=False)
+    torch_default = "bf16" if bf16 and args.autocast in ("auto", "bf16") else "fp32"  # autocast auto's precision
+    compiled = None if args.no_compile else compiled_lever(model, ours, torch_default, skipped)
+    if compiled is not None:
+        fns[("ours-compiled", torch_default)] = compiled["fn"]
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     timed = best_times(fns, args.repeat, clock)
     peaks = {p: matmul_peak_gflops(p, args.peak_n) for p in precisions}
 
     # The shapes our encoder computes on: its own batching, each batch padded to its longest.
-    shapes = [tuple(tokenize_batch(tok, [texts[i] for i in idx], None, model.config.passage_max_length)
-                    ["input_ids"].shape) for idx in batch_positions(texts, None, bs)]
+    shapes = [tuple(tokenize_batch(tok, [texts[i] for i in idx], [titles[i] for i in idx],
+                                   model.config.passage_max_length)["input_ids"].shape)
+              for idx in batch_positions(texts, titles, bs)]
     flops = total_flops(model.question_encoder.config, shapes)
     ref = timed[("ours", "fp32")][1]
     n = len(texts)
@@ -223,6 +261,10 @@ def main(argv: list[str] | None = None) -> dict:
         if system == "ours-bf16-weights":
             extra_cos["cosine_min_vs_ours_bf16"] = round(float((unit(vecs) * unit(timed[("ours", "bf16")][1]))
                                                                .sum(1).min()), 5)
+        if system == "ours-compiled":
+            extra_cos["cosine_min_vs_eager"] = round(float((unit(vecs) * unit(timed[("ours", p)][1])).sum(1).min()), 6)
+            extra_cos["first_pass_s"] = round(compiled["first_pass_s"], 3)
+            extra_cos["compile_s"] = round(max(0.0, compiled["first_pass_s"] - secs), 3)
         out_rows.append(row(system, p, n / secs, m, cosine_min_vs_ours_fp32=round(float(cos.min()), 5),
                             levers=LEVERS.get((system, p), []), **extra_cos))
 
@@ -243,7 +285,7 @@ def main(argv: list[str] | None = None) -> dict:
             p = r["precision"]
             if r["system"] == "ours-bf16-weights":  # questions from the bf16 weights too, as dpr-retrieve's
                 q = encode_texts(bf16_model, tok, questions, "question", batch_size=bs, autocast="off").numpy()
-            elif r["system"].startswith("ours"):  # ours-onnx: questions in torch fp32, as dpr-retrieve does
+            elif r["system"].startswith("ours"):  # ours-onnx / -compiled: questions in torch eager, as dpr-retrieve
                 m = int8_model if p == "int8" else model
                 q = encode_texts(m, tok, questions, "question", batch_size=bs,
                                  autocast="bf16" if p == "bf16" else "off").numpy()
@@ -273,6 +315,11 @@ def main(argv: list[str] | None = None) -> dict:
             encode_corpus(args.model, tsv, Path(tmp) / "emb", batch_size=bs, autocast=args.autocast,
                           cache_dir=Path(tmp) / "arrow", progress=False)
             extra["encode_corpus_per_s_incl_load"] = round(n / (time.perf_counter() - t0), 1)
+            if compiled is not None:  # the lever end to end, its compile counted (inductor's disk cache may
+                t0 = time.perf_counter()  # already hold the row's kernels: then the compile is cheaper here)
+                encode_corpus(args.model, tsv, Path(tmp) / "emb_compiled", batch_size=bs, autocast=args.autocast,
+                              cache_dir=Path(tmp) / "arrow", progress=False, compile=True)
+                extra["encode_corpus_compiled_per_s_incl_load_and_compile"] = round(n / (time.perf_counter() - t0), 1)
     report = bench_report(out_rows, peer, default, peaks, ours_default_system=default_system, **extra)
     print(json.dumps(report, indent=1))
     print(format_table(report, [("psg/s", "per_s", ".1f"), ("MFU", "mfu", ""),

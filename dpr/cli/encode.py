@@ -22,7 +22,7 @@ def _run(cfg: DictConfig) -> None:
         cfg.model_path, cfg.passages, cfg.output_dir,
         shard_id=cfg.shard_id, num_shards=cfg.num_shards, batch_size=cfg.batch_size, dtype=cfg.dtype,
         autocast=cfg.autocast, quantize=cfg.quantize, runtime=cfg.runtime, device=cfg.device, max_length=cfg.max_length,
-        chunk_size=cfg.chunk_size, weights=cfg.weights,
+        chunk_size=cfg.chunk_size, weights=cfg.weights, compile=cfg.compile,
     )
     print(f"dpr-encode: embeddings in {out}")
 

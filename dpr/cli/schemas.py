@@ -174,6 +174,7 @@ class EncodeSchema:
     max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
     chunk_size: int = ranged(16384, 1, INT32_MAX)
     weights: str = "auto"
+    compile: bool = False
 
 
 @dataclass

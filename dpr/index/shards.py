@@ -179,9 +179,11 @@ def list_shards(embeddings_dir: str | Path) -> list[Shard]:
 
 
 # Every shard of one index must agree on these (fingerprints: `dpr.index.fingerprint`).
-AGREED_KEYS = ("dim", "dtype", "model", "normalized", "model_fingerprint", "passages_sha256", "total", "weights")
-# What a shard written before a key was recorded had (dpr-encode's fp32 weights, `dpr.models.weights`).
-_UNRECORDED = {"weights": "fp32"}
+AGREED_KEYS = ("dim", "dtype", "model", "normalized", "model_fingerprint", "passages_sha256", "total", "weights",
+               "compile")
+# What a shard written before a key was recorded had (dpr-encode's fp32 weights, `dpr.models.weights`; eager,
+# `dpr.models.compile`).
+_UNRECORDED = {"weights": "fp32", "compile": False}
 
 
 def check_ranges(shards: list[Shard]) -> None:
