@@ -7,7 +7,7 @@ cosine similarity x 20 against in-batch + hard negatives), the same AdamW, clipp
 limits, padding to each batch's longest text. Steps alternate (ours, theirs, ours, ...) so load
 drift on a shared machine hits both alike.
 
-- ours: ``dpr.training.data.collate`` + ``dpr.training.optim.optimizer_step`` (exactly what
+- ours: ``dpr.training.data.collate`` + ``dpr.training.steps.optimizer_step`` (exactly what
   ``dpr.training.trainer.train`` runs per step), precision from ``--precision`` (auto: bf16 autocast
   on CPUs with native bf16).
 - sentence-transformers: a manual loop over ``MultipleNegativesRankingLoss`` with its default fp32
@@ -92,9 +92,9 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.perf.report import bench_report, format_table, row
     from dpr.training.data import TrainBatches, load_examples
     from dpr.training.grad_cache import standard_step
-    from dpr.training.optim import build_optimizer, linear_schedule, optimizer_step
-    from dpr.training.steps import bind_loss
-    from dpr.training.trainer import _autocast, resolve_precision
+    from dpr.training.steps import bind_loss, optimizer_step
+    from dpr.trainkit.optim import build_optimizer, linear_schedule
+    from dpr.trainkit.precision import autocast_factory, resolve_precision
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
     train_path, data_desc = _dataset(args.data_dir, args.data)
     examples = load_examples(train_path)
     batch_size = min(args.batch_size, len(examples))
-    default = resolve_precision(args.precision, device)
+    default = resolve_precision(args.precision, device, training=True)
     precisions = ["fp32"] + (["bf16"] if cpu_supports_bf16() else [])
     peer = "sentence-transformers"
     model_kw = dict(shared=True, pooling="mean", similarity="cosine", temperature=0.05,
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
         opt = build_optimizer(model, args.lr, 0.01, impl=impl)
         sched = linear_schedule(opt, 0, args.steps)
         scaler = torch.amp.GradScaler("cpu", enabled=False)
-        autocast, loss, outputs = _autocast(precision, device), SoftmaxNLLLoss(), []
+        autocast, loss, outputs = autocast_factory(device, precision), SoftmaxNLLLoss(), []
         config = model.question_encoder.config
 
         def step(epoch: int, b: int, items) -> tuple[float, int]:
