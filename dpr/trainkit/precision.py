@@ -82,9 +82,11 @@ def precision_context(precision: str | None, device: torch.device | str = "cpu",
 def autocast_factory(device: torch.device | str, precision: str | None) -> Callable[[], ContextManager] | None:
     """A factory of fresh autocast contexts for ``precision`` on ``device``, None for full precision (what the
     retriever's steps take, :data:`AutocastCtx`)."""
-    if autocast_dtype(device, precision) is None:
+    dtype = autocast_dtype(device, precision)  # resolved once, not at every forward
+    if dtype is None:
         return None
-    return lambda: autocast_context(device, precision)
+    device_type = torch.device(device).type
+    return lambda: torch.autocast(device_type, dtype=dtype)
 
 
 def autocast_scope(ctx: AutocastCtx) -> ContextManager:
