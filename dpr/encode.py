@@ -326,10 +326,10 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
     from dpr.index.shards import write_shard
     from dpr.models import read_biencoder_config
     from dpr.models.compile import resolve_compile
-    from dpr.models.inference import autocast_dtype
     from dpr.models.onnx_runtime import resolve_runtime
     from dpr.models.quantize import resolve_quantize
     from dpr.models.weights import resolve_weights
+    from dpr.trainkit.precision import autocast_dtype
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")

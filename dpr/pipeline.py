@@ -30,19 +30,16 @@ from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
 from dpr.retrieval.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.stages import StageRunner
 from dpr.training.trainer import train
+from dpr.trainkit.config_dict import plain
 
 log = logging.getLogger(__name__)
-
-
-def _plain(cfg: Any) -> Any:
-    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
 
 
 def _model(cfg: DictConfig) -> dict:
     """The ``model`` config as stages record it (`dpr.models.biencoder.without_empty_prefixes`)."""
     from dpr.models.biencoder import without_empty_prefixes
 
-    return without_empty_prefixes(_plain(cfg.model))
+    return without_empty_prefixes(plain(cfg.model))
 
 
 def _questions(ds: DatasetPaths, split: str) -> list[Path]:
@@ -87,16 +84,16 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
                     skip_top=cfg.train.remine_skip_top, relative_margin=cfg.train.remine_relative_margin,
                     bm25_share=cfg.train.remine_bm25_share),
                 outputs=[train_file], inputs=[prev_index, ds.train, prev_model / "biencoder.json"],
-                params=_plain(cfg.train),
+                params=plain(cfg.train),
             )
             model = {**model, "name": str(prev_model)}  # continue from the previous round's weights
-        train_keys, inputs = _plain(cfg.train), list(extra_inputs)
+        train_keys, inputs = plain(cfg.train), list(extra_inputs)
         if prev_model is not None and round_scores is not None:  # the teacher scores the new candidates too
             scores = round_scores(r, train_file, rdir)
             train_keys, inputs = {**train_keys, "teacher_scores": str(scores)}, [scores]
         train_cfg = OmegaConf.create({
-            "model": model, "data": _plain(cfg.data), "train": train_keys, "loss": _plain(cfg.get("loss")),
-            "logger": _plain(cfg.logger), "data_dir": str(cfg.data_dir), "output_dir": str(mdir),
+            "model": model, "data": plain(cfg.data), "train": train_keys, "loss": plain(cfg.get("loss")),
+            "logger": plain(cfg.logger), "data_dir": str(cfg.data_dir), "output_dir": str(mdir),
             "seed": cfg.seed, "train_file": str(train_file),
         })
         # The corpus as the starting weights encoded it (the untrained system's, or the last round's), and
@@ -109,12 +106,12 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
             "train" if rounds == 1 else f"train_round{r}",
             lambda tc=train_cfg, se=start_emb, ee=export_emb: _train_reusing_vectors(cfg, ds, tc, se, ee),
             outputs=[mdir / "biencoder.json", mdir / "passage_encoder"],
-            inputs=[train_file, ds.dev, ds.passages, start_emb, *inputs], params=_plain(train_cfg),
+            inputs=[train_file, ds.dev, ds.passages, start_emb, *inputs], params=plain(train_cfg),
         )
         if r < rounds:  # the round's own index, to mine the next round's negatives from
             emb, idx = rdir / "embeddings", rdir / "index.faiss"
-            stages.run(f"encode_round{r}", lambda m=mdir, e=emb: encode.encode_corpus(str(m), ds.passages, e, **_plain(cfg.encode)),
-                       outputs=[emb], inputs=[ds.passages, mdir / "biencoder.json"], params=_plain(cfg.encode))
+            stages.run(f"encode_round{r}", lambda m=mdir, e=emb: encode.encode_corpus(str(m), ds.passages, e, **plain(cfg.encode)),
+                       outputs=[emb], inputs=[ds.passages, mdir / "biencoder.json"], params=plain(cfg.encode))
             stages.run(f"index_round{r}", lambda e=emb, i=idx: faiss_index.build_and_save(e, i, factory="Flat"),
                        outputs=[idx], inputs=[emb], params={"factory": "Flat"})
         prev_model = mdir
@@ -131,7 +128,7 @@ def _train_reusing_vectors(cfg: DictConfig, ds: DatasetPaths, train_cfg: DictCon
 
     def on_saved(model_dir: Path, ids: list[str], vectors: torch.Tensor, computed_with: dict) -> None:
         encode.save_encoded(model_dir, ds.passages, export_emb, ids, vectors.numpy(), computed_with=computed_with,
-                            **_plain(cfg.encode))
+                            **plain(cfg.encode))
 
     return train(train_cfg, start_vectors=start, on_saved=on_saved)
 
@@ -181,7 +178,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
         bm25_retrieve,
         outputs=[bm25_test, bm25_dev],
         inputs=[ds.passages, *_questions(ds, split_eval), *_questions(ds, split_dev)],
-        params=_plain(bcfg),
+        params=plain(bcfg),
     )
     if bcfg.mine:
         stages.run(
@@ -189,7 +186,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
             lambda: bm25_negatives.mine_dataset(bm25_index(), ds, num_negatives=bcfg.num_negatives, depth=bcfg.k),
             outputs=[ds.train, ds.dev],
             inputs=[ds.passages, ds.train, ds.dev],
-            params=_plain(bcfg),
+            params=plain(bcfg),
         )
 
     # 3-4. dense retrieval with the untrained and the trained model
@@ -202,13 +199,13 @@ def run_pipeline(cfg: DictConfig) -> dict:
         res = {split: sdir / f"{split}{ext}" for split in (split_eval, split_dev)}
         stages.run(
             f"{name}_encode",
-            lambda: encode.encode_corpus(model_path, ds.passages, emb, **_plain(cfg.encode)),
-            outputs=[emb], inputs=[ds.passages, *model_inputs], params=_plain(cfg.encode),
+            lambda: encode.encode_corpus(model_path, ds.passages, emb, **plain(cfg.encode)),
+            outputs=[emb], inputs=[ds.passages, *model_inputs], params=plain(cfg.encode),
         )
         stages.run(
             f"{name}_index",
-            lambda: faiss_index.build_and_save(emb, idx, **_plain(cfg.index)),
-            outputs=[idx], inputs=[emb], params=_plain(cfg.index),
+            lambda: faiss_index.build_and_save(emb, idx, **plain(cfg.index)),
+            outputs=[idx], inputs=[emb], params=plain(cfg.index),
         )
         for split, path in res.items():
             stages.run(
@@ -219,7 +216,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
                                     weights=cfg.retrieve.get("weights", "auto")),
                     ds, split, path, k=cfg.retrieve.k),
                 outputs=[path], inputs=[idx, *_questions(ds, split), *model_inputs],
-                params=_plain(cfg.retrieve),
+                params=plain(cfg.retrieve),
             )
         return res
 
@@ -267,7 +264,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
 
     stages.run(
         "hybrid", hybrid, outputs=[hybrid_test, rrf_test, tuning_file],
-        inputs=[bm25_test, bm25_dev, *systems["dense"].values()], params=_plain(cfg.hybrid),
+        inputs=[bm25_test, bm25_dev, *systems["dense"].values()], params=plain(cfg.hybrid),
     )
 
     # 6. one report, four systems side by side

@@ -31,7 +31,7 @@ positive and -inf for the negatives: a one-hot softmax target, so the loss is ex
 (its default; 0 = all ``batch x (1 + N)`` at once), and the other setting runs as a lever row
 (``ours-length-buckets-<n>`` or ``ours-one-forward``). Malloc tuning as ``dpr-rerank train`` sets it
 (`dpr.perf.malloc`, process-wide, so the peer has it too). Then, for both, the same
-clipping, AdamW (`dpr.training.optim.build_optimizer`) and linear schedule; each row trains its own copy
+clipping, AdamW (`dpr.trainkit.optim.build_optimizer`) and linear schedule; each row trains its own copy
 from the same weights, steps interleaved (ours, peer, ...); per_s = pairs a step / the median step time
 (the first step, which pays kernel set-up, not counted).
 
@@ -173,7 +173,8 @@ def bench_score(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
     from dpr.perf import mfu, total_flops
     from dpr.perf.report import bench_report, row
     from dpr.rerank.model import document_text, load_cross_encoder, tokenize_pairs
-    from dpr.rerank.score import precision_context, score_pairs
+    from dpr.rerank.score import score_pairs
+    from dpr.trainkit.precision import resolve_precision
 
     model, tok, settings = load_cross_encoder(ce_dir)
     questions, docs, source = load_pairs(args, lambda t, x: document_text(t, x, tok, bool(settings["title"])))
@@ -207,7 +208,7 @@ def bench_score(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
         rows.append(row(system, p, len(pairs) / secs, mfu(flops, secs, peaks.get(p)) if system == "ours" else None,
                         median_s=round(secs, 4), times_s=[round(t, 4) for t in times],
                         max_abs_diff_vs_ours_fp32=diff))
-    return bench_report(rows, PEER, precision_context("auto")[1], peaks, unit="pairs/s", pairs=len(pairs),
+    return bench_report(rows, PEER, resolve_precision("auto"), peaks, unit="pairs/s", pairs=len(pairs),
                         questions=len(set(questions)), source=source, batch_size=bs, max_length=max_len,
                         repeats=args.repeats, warmup=args.warmup, padded_tokens=sum(b * s for b, s in shapes),
                         gflop=round(flops / 1e9, 3), peer_call="CrossEncoder.predict")
@@ -241,9 +242,9 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
     from dpr.rerank.data import collate
     from dpr.rerank.losses import LOSSES
     from dpr.rerank.model import document_text, load_cross_encoder
-    from dpr.rerank.score import precision_context
     from dpr.rerank.train import train_step
-    from dpr.training.optim import build_optimizer, linear_schedule, resolve_warmup
+    from dpr.trainkit.optim import build_optimizer, linear_schedule, resolve_warmup
+    from dpr.trainkit.precision import autocast_context, resolve_precision
 
     # what `dpr-rerank train` sets first (process-wide: the peer's steps get it too, which only helps the peer)
     malloc_tuned = keep_freed_memory()
@@ -261,7 +262,7 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
     def make_ours(p: str, length_bucket_size: int):
         model = load_cross_encoder(ce_dir)[0].train()
         opt, sched = schedule(model)
-        ctx = precision_context(p)[0]
+        ctx = autocast_context("cpu", p)
         return lambda b: train_step(model, tok, b, opt, sched, LOSSES["listwise"], ctx, max_len, title,
                                     args.max_grad_norm, length_bucket_size)["loss"]
 
@@ -318,7 +319,7 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
                         first_loss=round(side["losses"][0], 6), last_loss=round(side["losses"][-1], 6),
                         mean_loss=round(statistics.fmean(side["losses"]), 6),
                         max_abs_loss_diff_vs_ours=round(max(abs(a - b) for a, b in zip(side["losses"], ours_losses)), 7)))
-    return bench_report(rows, PEER, precision_context("auto")[1], peaks, unit="pairs/s", steps=steps,
+    return bench_report(rows, PEER, resolve_precision("auto"), peaks, unit="pairs/s", steps=steps,
                         malloc_tuning=malloc_tuned,
                         batch_size=bs, negatives=args.negatives, pairs_per_step=pairs_per_step, source=source,
                         groups_skipped=skipped, max_length=max_len, loss="listwise",

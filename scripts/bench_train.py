@@ -91,9 +91,9 @@ def ours_step(model_name: str, model_kw: dict, batches, precision: str, *, steps
     from dpr.models import load_biencoder
     from dpr.training.grad_cache import make_step
     from dpr.training.loop import check_step_finite
-    from dpr.training.optim import build_optimizer, linear_schedule, optimizer_step
-    from dpr.training.steps import bind_loss
-    from dpr.training.trainer import _autocast
+    from dpr.training.steps import bind_loss, optimizer_step
+    from dpr.trainkit.optim import build_optimizer, linear_schedule
+    from dpr.trainkit.precision import autocast_factory
 
     device = torch.device("cpu")
     torch.manual_seed(seed)
@@ -102,7 +102,7 @@ def ours_step(model_name: str, model_kw: dict, batches, precision: str, *, steps
     opt = build_optimizer(model, lr, 0.01, impl=impl)
     sched = linear_schedule(opt, 0, steps)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
-    autocast, loss, outputs = _autocast(precision, device), SoftmaxNLLLoss(), []
+    autocast, loss, outputs = autocast_factory(device, precision), SoftmaxNLLLoss(), []
     step_fn = make_step(0, bucket_size)  # what dpr.training.trainer builds from train.length_bucket_size
     done = [0]
 
@@ -132,7 +132,7 @@ def _peer_side(cfg: dict, precision: str) -> Callable:
         from sentence_transformers.losses import MultipleNegativesRankingLoss
 
     from dpr.models.hub import resolve_model_name
-    from dpr.training.optim import build_optimizer, linear_schedule
+    from dpr.trainkit.optim import build_optimizer, linear_schedule
 
     torch.manual_seed(cfg["seed"])
     st = SentenceTransformer(resolve_model_name(cfg["model"]), device="cpu")
@@ -249,15 +249,15 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.perf import cpu_supports_bf16, matmul_peak_gflops, mfu, total_flops
     from dpr.perf.report import bench_report, format_table, row
     from dpr.training.data import TrainBatches, load_examples
-    from dpr.training.optim import resolve_optimizer_impl
-    from dpr.training.trainer import resolve_precision
+    from dpr.trainkit.optim import resolve_optimizer_impl
+    from dpr.trainkit.precision import resolve_precision
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     train_path, data_desc = dataset(args.data_dir, args.data)
     examples = load_examples(train_path)
     batch_size = min(args.batch_size, len(examples))
-    default = resolve_precision(args.precision, torch.device("cpu"))
+    default = resolve_precision(args.precision, torch.device("cpu"), training=True)
     precisions = ["fp32"] + (["bf16"] if cpu_supports_bf16() else [])
     model_kw = dict(shared=not args.separate_towers, pooling="mean", similarity="cosine", temperature=0.05,
                     question_max_length=args.question_max_length, passage_max_length=args.passage_max_length)

@@ -111,7 +111,7 @@ def test_leftovers_of_outputs_never_written_again_are_swept_but_a_live_writers_t
 def test_saving_a_checkpoint_sweeps_dead_writers_temps_of_other_steps(tmp_path):
     import torch
 
-    from dpr.training.checkpoint import CHECKPOINT_DIR, save_checkpoint
+    from dpr.trainkit.checkpoint import CHECKPOINT_DIR, save_checkpoint
 
     stale = tmp_path / CHECKPOINT_DIR / ".step_2.999999999-abcd.tmp"  # no live process holds its lock
     (stale / "step_2").mkdir(parents=True)
@@ -353,7 +353,7 @@ def test_dpr_train_killed_at_checkpoints_then_rerun_identical(tiny_model_dir, ti
     and ends with the weights of an uninterrupted run, and no temporary leftovers."""
     from safetensors.torch import load_file
 
-    from dpr.training import checkpoint as ckpt
+    from dpr.trainkit import checkpoint as ckpt
 
     conf = tmp_path / "conf"
     (conf / "data").mkdir(parents=True)

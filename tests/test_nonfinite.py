@@ -92,7 +92,7 @@ def test_a_diverging_run_stops_at_the_step_and_saves_nothing_non_finite(tiny_mod
     assert not (out / "train_summary.json").exists() and not (out / "biencoder.json").exists()
     from safetensors.torch import load_file
 
-    from dpr.training.checkpoint import read_best
+    from dpr.trainkit.checkpoint import read_best
 
     saved = sorted(out.rglob("*.safetensors"))
     assert saved, "the steps before the divergence were checkpointed"

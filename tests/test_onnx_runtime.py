@@ -125,12 +125,12 @@ def test_runtime_errors(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
 
 
 def test_auto_runtime_is_onnx_exactly_where_the_encode_runs_in_fp32_on_an_avx512_cpu(monkeypatch):
-    import dpr.models.inference as inference
     import dpr.perf.cpu as perf_cpu
+    import dpr.trainkit.precision as precision
 
     have_ort = importlib.util.find_spec("onnxruntime") is not None
     for has_bf16, avx512 in [(True, True), (False, True), (False, False), (True, False)]:
-        monkeypatch.setattr(inference, "cpu_supports_bf16", lambda: has_bf16)
+        monkeypatch.setattr(precision, "cpu_supports_bf16", lambda: has_bf16)  # where the one precision rule asks
         monkeypatch.setattr(perf_cpu, "cpu_has_avx512", lambda: avx512)
         onnx = "onnx" if have_ort and avx512 else "torch"  # with AVX2 only, ONNX Runtime is no faster than torch
         assert resolve_runtime("auto", "cpu", "auto") == (onnx if not has_bf16 else "torch")

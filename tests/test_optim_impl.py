@@ -1,4 +1,4 @@
-"""train.optimizer_impl (`dpr.training.optim`): plain, foreach and fused AdamW take the same steps in fp32,
+"""train.optimizer_impl (`dpr.trainkit.optim`): plain, foreach and fused AdamW take the same steps in fp32,
 and a resume may switch between them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from dpr.training.config import TrainConfig
-from dpr.training.optim import build_optimizer, impl_flags, resolve_optimizer_impl
+from dpr.trainkit.optim import build_optimizer, impl_flags, resolve_optimizer_impl
 
 
 class Tiny(nn.Module):
@@ -66,16 +66,16 @@ def test_impl_flags_and_auto():
 
 def test_resume_keeps_this_runs_impl(tmp_path):
     """load_state_dict restores the saved groups' flags; the checkpoint loader keeps this run's instead."""
-    from dpr.training import checkpoint as ckpt
-
-    from dpr.training.optim import linear_schedule
+    from dpr.trainkit import checkpoint as ckpt
+    from dpr.trainkit.optim import linear_schedule
+    from dpr.trainkit.seed import rng_state
 
     model = Tiny()
     saved = build_optimizer(model, lr=1e-3, impl="foreach")
     nn.functional.mse_loss(model(torch.randn(2, 8)), torch.randn(2, 4)).backward()
     saved.step()
     path = ckpt.save_checkpoint(tmp_path, 1, model, saved, linear_schedule(saved, 0, 10), None, {"step": 1},
-                                [ckpt.rng_state()])
+                                [rng_state()])
     again = copy.deepcopy(model)
     opt = build_optimizer(again, lr=1e-3, impl="fused")
     ckpt.load_checkpoint(path, again, opt, linear_schedule(opt, 0, 10))

@@ -8,12 +8,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dpr.models.inference import autocast_context as inference_autocast
-from dpr.perf.cpu import cpu_has_native_bf16
-from dpr.reader.model import autocast_context as reader_autocast
-from dpr.training.trainer import resolve_precision
 from dpr.perf import cpu_flags, cpu_supports_bf16, encoder_forward_flops, matmul_peak_gflops, mfu, total_flops
+from dpr.perf.cpu import cpu_has_native_bf16
 from dpr.perf.report import bench_report, format_table, row
+from dpr.trainkit.precision import autocast_context, precision_context, resolve_precision
 
 
 def test_forward_flops_equal_a_hand_count():
@@ -55,13 +53,14 @@ def test_no_bf16_override(monkeypatch):
 
 def test_force_bf16_override_makes_auto_take_the_bf16_path(monkeypatch):
     """``DPR_FORCE_BF16=1`` is the other direction: ``auto`` means bf16 on any CPU (emulated where the CPU
-    has no native bf16), in every place that resolves ``auto`` (training, inference, the reader)."""
+    has no native bf16), in the one rule every place resolves ``auto`` with (training, inference, the reader:
+    `dpr.trainkit.precision`)."""
     monkeypatch.delenv("DPR_NO_BF16", raising=False)
     monkeypatch.setenv("DPR_FORCE_BF16", "1")
     assert cpu_supports_bf16() is True
-    assert resolve_precision("auto", torch.device("cpu")) == "bf16"
-    assert reader_autocast("auto")[1] == "bf16"
-    with inference_autocast(torch.device("cpu"), "auto"):
+    assert resolve_precision("auto", torch.device("cpu"), training=True) == "bf16"
+    assert precision_context("auto", "cpu", training=True)[1] == "bf16"
+    with autocast_context(torch.device("cpu"), "auto"):
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
     monkeypatch.setenv("DPR_FORCE_BF16", "0")  # "0" and "" mean unset, as for DPR_NO_BF16
     assert cpu_supports_bf16() is cpu_has_native_bf16()

@@ -20,9 +20,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dpr.training import checkpoint as ckpt
-from dpr.training.metrics_log import read_jsonl
 from dpr.training.trainer import train
+from dpr.trainkit import checkpoint as ckpt
+from dpr.trainkit.metrics_log import read_jsonl
+from dpr.trainkit.seed import rng_state, set_rng_state
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -155,7 +156,7 @@ def test_checkpoint_round_trip_restores_rng_and_states(tmp_path):
     opt.step()
     sched.step()
     torch.manual_seed(5), random.seed(5), np.random.seed(5)
-    state = ckpt.rng_state()
+    state = rng_state()
     path = ckpt.save_checkpoint(tmp_path, 7, model, opt, sched, None, {"epoch": 1}, [state], keep=2)
     expected = (torch.rand(2), random.random(), np.random.rand())
 
@@ -167,7 +168,7 @@ def test_checkpoint_round_trip_restores_rng_and_states(tmp_path):
     assert torch.equal(model.weight, model2.weight)
     assert sched2.get_last_lr() == sched.get_last_lr()
     assert torch.equal(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
-    ckpt.set_rng_state(rngs[0])
+    set_rng_state(rngs[0])
     got = (torch.rand(2), random.random(), np.random.rand())
     assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
     # a half-written checkpoint directory (no state.json) is never picked for resume

@@ -17,7 +17,7 @@ import torch
 from conftest import write_tiny_teacher_scores
 from safetensors.torch import load_file
 
-from dpr.training.metrics_log import read_jsonl
+from dpr.trainkit.metrics_log import read_jsonl
 
 RUNNER = "import json, sys; from dpr.training.trainer import train; train(json.load(open(sys.argv[1])))"
 

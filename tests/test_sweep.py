@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from dpr.cli.train import sweep_subdir
-from dpr.training.metrics_log import read_jsonl
+from dpr.trainkit.metrics_log import read_jsonl
 from dpr.training.sweep import write_sweep_summary
 
 

@@ -310,7 +310,7 @@ def test_a_loss_that_needs_scores_without_a_file_is_one_clear_error(tiny):
 
 
 def test_tiny_kl_distill_training_with_a_scores_file_learns(tiny_model_dir, tiny_data_dir, tmp_path):
-    from dpr.training.metrics_log import read_jsonl
+    from dpr.trainkit.metrics_log import read_jsonl
     from dpr.training.trainer import train
 
     write_tiny_teacher_scores(tiny_data_dir / "tiny")

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from dpr.training.data import NegativePool, TrainBatches, global_batches, make_item, rank_slice
-from dpr.training.metrics_log import read_jsonl
-from dpr.training.trainer import TrainConfig, resolve_precision, train
+from dpr.training.trainer import TrainConfig, train
+from dpr.trainkit.metrics_log import read_jsonl
+from dpr.trainkit.precision import resolve_precision
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -102,9 +103,9 @@ def test_train_config_rejects_unknown_keys_and_bad_values():
     with pytest.raises(ValueError, match="precision"):
         TrainConfig.from_dict({"precision": "fp8"})
     with pytest.raises(ValueError, match="fp16 needs a GPU"):
-        resolve_precision("fp16", torch.device("cpu"))
-    assert resolve_precision("fp32", torch.device("cpu")) == "fp32"
-    assert resolve_precision("auto", torch.device("cpu")) in ("fp32", "bf16")
+        resolve_precision("fp16", torch.device("cpu"), training=True)
+    assert resolve_precision("fp32", torch.device("cpu"), training=True) == "fp32"
+    assert resolve_precision("auto", torch.device("cpu"), training=True) in ("fp32", "bf16")
 
 
 # ---------------------------------------------------------------- training
@@ -313,7 +314,7 @@ def test_torchrun_two_cpu_processes_match_one_process(tiny_model_no_dropout, tin
 
 
 def test_each_phase_gets_its_own_warmup_and_decay():
-    from dpr.training.optim import linear_schedule, phased_schedule
+    from dpr.trainkit.optim import linear_schedule, phased_schedule
 
     def lrs(sched, n):
         out = []

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpr.training.metrics_log import MetricsLogger, read_jsonl
+from dpr.trainkit.metrics_log import MetricsLogger, read_jsonl
 from dpr.training.trainer import train
 
 

@@ -21,12 +21,13 @@ from typing import Any
 
 import hydra
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig
 
 from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 from dpr.models import BiEncoderConfig
 from dpr.training.config import register_schema
+from dpr.trainkit.config_dict import plain
 
 log = logging.getLogger(__name__)
 COMMANDS = ("export", "inspect")
@@ -98,7 +99,7 @@ def _inspect(cfg: DictConfig) -> None:
     from dpr.inspect import inspect_dataset
 
     _check(cfg, InspectCommandSchema)
-    conf = OmegaConf.to_container(cfg, resolve=True)
+    conf = plain(cfg)
     report = inspect_dataset(DatasetPaths.of(cfg.data_dir, cfg.dataset).root, conf, cfg.output)
     for w in report["warnings"]:
         log.warning("%s", w)

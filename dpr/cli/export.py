@@ -7,10 +7,11 @@ import json
 import sys
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, check_model_path, report_errors
+from dpr.trainkit.config_dict import plain
 
 # A built-in sample for check=true: real questions and passages, so a broken export shows.
 CHECK_QUESTIONS = ["what is the capital of france", "who wrote hamlet", "how do plants make energy",
@@ -42,7 +43,7 @@ def _run(cfg: DictConfig) -> None:
             figures = compare_cross_encoder_export(cfg.model_path, out, CHECK_QUESTIONS, CHECK_PASSAGES)
             print(f"dpr-export: check {json.dumps(figures)}")
         return
-    prompts = OmegaConf.to_container(cfg.prompts) if cfg.prompts is not None else None
+    prompts = plain(cfg.prompts)
     out = export_sentence_transformers(cfg.model_path, cfg.output, prompts=prompts, report=cfg.report,
                                        model_name=cfg.model_name)
     print(f"dpr-export: {cfg.model_path} → {out} ({cfg.format}, model card {out / 'README.md'})")

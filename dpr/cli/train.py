@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from dpr.cli.argv import hydra_argv, shows_only
 from dpr.cli.common import CONF_DIR, check_writable, quiet_interrupt, report_errors
 from dpr.training.config import register_schema
+from dpr.trainkit.config_dict import plain
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def check_steps(cfg: DictConfig) -> None:
     from dpr.training.config import TrainConfig
 
     t = cfg.train
-    TrainConfig.from_dict(OmegaConf.to_container(t, resolve=True))  # its own checks: zero steps, bad values
+    TrainConfig.from_dict(plain(t))  # its own checks: zero steps, bad values
     max_steps, epochs = int(t.get("max_steps", 0) or 0), int(t.get("epochs", 0) or 0)
     if max_steps == 0 and epochs > 0:  # epochs decide: the incomplete last batch is dropped
         world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -119,12 +120,12 @@ def _checked_start(cfg: DictConfig, out: str) -> None:
 
     check_config(cfg, SCHEMAS["train"])
     check_steps(cfg)
-    BiEncoderConfig.from_dict(OmegaConf.to_container(cfg.model, resolve=True))  # the model keys' ranges
+    BiEncoderConfig.from_dict(plain(cfg.model))  # the model keys' ranges
     paths = DatasetPaths.of(cfg.data_dir, cfg.data.name)
     train_file = Path(cfg.get("train_file") or paths.train)  # as dpr.training.trainer resolves it
     if not train_file.is_file():
         raise FileNotFoundError(f"{train_file}: no training data (prepare it with dpr-data data={cfg.data.name})")
-    conf = OmegaConf.to_container(cfg, resolve=True)
+    conf = plain(cfg)
     conf["output_dir"] = out
     state = run_dir.prepare_run_dir(out, conf, overwrite=bool(cfg.get("overwrite", False)),
                                     data=run_dir.data_fingerprints(train_file, paths.dev))

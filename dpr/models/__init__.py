@@ -4,7 +4,7 @@ Import from here: ``from dpr.models import BiEncoder, BiEncoderConfig, load_bien
 """
 
 from dpr.models.biencoder import BiEncoder, BiEncoderConfig
-from dpr.models.inference import autocast_context, encode_texts, iter_encode_batches
+from dpr.models.inference import encode_texts, iter_encode_batches
 from dpr.models.io import (
     build_biencoder,
     is_biencoder_dir,
@@ -19,7 +19,6 @@ from dpr.models.pooling import cls_pool, detect_pooling, mean_pool, pool
 __all__ = [
     "BiEncoder",
     "BiEncoderConfig",
-    "autocast_context",
     "build_biencoder",
     "cls_pool",
     "detect_pooling",

@@ -2,12 +2,12 @@
 
 Texts are sorted by length so each batch pads only to its own longest text (on a corpus of
 mixed lengths this roughly halves the tokens processed), encoded under ``torch.inference_mode``
-with bf16 autocast where the hardware supports it, and returned in the caller's order.
+with bf16 autocast where the hardware supports it (`dpr.trainkit.precision`, the project's one precision
+rule), and returned in the caller's order.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any, Callable, Iterator, Sequence
 
@@ -16,43 +16,11 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dpr.models.biencoder import BiEncoder
-from dpr.perf.cpu import cpu_supports_bf16
+from dpr.trainkit.precision import autocast_context
 
 log = logging.getLogger(__name__)
 
 TOWERS = ("question", "passage")
-
-
-FP32_MODES = ("off", "none", "fp32", "false")
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-
-
-def autocast_dtype(device: torch.device | str, autocast: str | None = "auto") -> torch.dtype | None:
-    """The dtype ``autocast`` resolves to on ``device``; None for full precision.
-
-    ``autocast``: "auto" (bf16 on CUDA with bf16 support, else fp16; bf16 on CPUs with native
-    support; otherwise off), "bf16", "fp16", or None/"off"/"none"/"fp32" for full precision.
-    """
-    dev = torch.device(device)
-    mode = (autocast or "off").lower()
-    if mode in FP32_MODES:
-        return None
-    if mode == "auto":
-        if dev.type == "cuda":
-            mode = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        elif dev.type == "cpu" and cpu_supports_bf16():
-            mode = "bf16"
-        else:
-            return None
-    if mode not in AUTOCAST_DTYPES:
-        raise ValueError(f"autocast must be auto, bf16, fp16 or off; got {autocast!r}")
-    return AUTOCAST_DTYPES[mode]
-
-
-def autocast_context(device: torch.device | str, autocast: str | None = "auto") -> contextlib.AbstractContextManager:
-    """An autocast context for inference, in the dtype :func:`autocast_dtype` resolves (none for full precision)."""
-    dtype = autocast_dtype(device, autocast)
-    return contextlib.nullcontext() if dtype is None else torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
 
 def with_prefix(texts: Sequence[str], titles: Sequence[str] | None, prefix: str) -> tuple[list[str], list[str] | None]:
@@ -194,8 +162,8 @@ def encode_texts(
     """Encode ``texts`` with the question or passage tower: float32 ``[N, D]`` on the CPU, input order.
 
     ``max_length`` defaults to the config's length for the tower; ``autocast`` as in
-    :func:`autocast_context`; ``titles`` (passages) are encoded as (title, text) pairs; ``runner`` as in
-    :func:`iter_encode_batches`.
+    :func:`dpr.trainkit.precision.autocast_dtype`; ``titles`` (passages) are encoded as (title, text) pairs;
+    ``runner`` as in :func:`iter_encode_batches`.
     """
     bi = _unwrap(model)
     out = torch.empty((len(texts), bi.dim), dtype=torch.float32)

@@ -40,8 +40,8 @@ from torch import nn
 
 from dpr.atomic import atomic_path, path_lock
 from dpr.models.biencoder import BiEncoder
-from dpr.models.inference import autocast_dtype
 from dpr.perf import cpu as perf_cpu
+from dpr.trainkit.precision import autocast_dtype
 
 log = logging.getLogger(__name__)
 

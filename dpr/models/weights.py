@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dpr.models.inference import FP32_MODES, autocast_dtype
+from dpr.trainkit.precision import FP32_MODES, autocast_dtype
 
 WEIGHTS = ("auto", "fp32", "bf16")
 

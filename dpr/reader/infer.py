@@ -23,9 +23,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from dpr.reader.model import Reader, autocast_context
+from dpr.reader.model import Reader
 from dpr.reader.spans import best_spans
 from dpr.reader.windows import make_windows
+from dpr.trainkit.precision import autocast_context
 
 SPAN_SCORES = ("log_prob", "logit")
 
@@ -106,7 +107,7 @@ def read_pairs(
             owner.append(i)
     found: list[dict[int, Reading]] = [{} for _ in pairs]
     device = next(model.parameters()).device
-    autocast, _ = autocast_context(precision) if device.type == "cpu" else (torch.autocast(device.type), "")
+    autocast = autocast_context(device, precision)  # the one rule (dpr.trainkit.precision), on the model's device
     order = sorted(range(len(windows)), key=lambda j: len(windows[j].input_ids))
     bar = tqdm(total=len(order), desc="reader: read", unit="window", disable=not progress or not order)
     for b in range(0, len(order), batch_size):

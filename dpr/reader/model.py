@@ -8,7 +8,6 @@ reader was trained with, reused at inference).
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,6 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from dpr.atomic import atomic_path
-from dpr.perf.cpu import cpu_supports_bf16
 
 MASKED = -1e4  # logit of a token that cannot be an answer (question, title, special tokens, padding)
 SETTINGS_KEYS = ("max_length", "stride", "max_question_length", "title")
@@ -96,16 +94,3 @@ def load_reader(path: str | Path, device: str | torch.device = "cpu") -> tuple[R
     model.qa_classifier.load_state_dict({k.split(".", 1)[1]: v for k, v in heads.items() if k.startswith("qa_classifier.")})
     settings = json.loads((path / "reader.json").read_text(encoding="utf-8"))
     return model.to(device).eval(), AutoTokenizer.from_pretrained(path / "encoder", use_fast=True), settings
-
-
-def autocast_context(precision: str) -> tuple[Any, str]:
-    """``(context, resolved precision)``: bf16 autocast on CPUs with native bf16 under ``auto``
-    (`dpr.perf.cpu.cpu_supports_bf16`, so ``DPR_NO_BF16=1`` reaches the reader too)."""
-    if precision == "auto":
-        precision = "bf16" if cpu_supports_bf16() else "fp32"
-    if precision == "bf16":
-        return torch.autocast("cpu", dtype=torch.bfloat16), "bf16"
-    if precision != "fp32":
-        raise ValueError(f"precision must be auto, fp32 or bf16, got {precision!r}")
-    return contextlib.nullcontext(), "fp32"
-

@@ -16,17 +16,12 @@ from typing import Any, Mapping
 from dpr.atomic import write_json_atomic
 from dpr.data.dataset import DatasetPaths
 from dpr.stages import StageRunner
+from dpr.trainkit.config_dict import plain
 
 log = logging.getLogger(__name__)
 
 # with teacher=true the reranked lists too (dpr/rerank/pipeline.py): the reader reads their top k in the new order
 SYSTEMS = ("bm25", "dense", "hybrid", "bm25+rerank", "dense+rerank", "hybrid+rerank")
-
-
-def _plain(cfg: Any) -> dict:
-    from omegaconf import DictConfig, OmegaConf
-
-    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
 
 
 def reader_report(cfg_reader: Any, ds: DatasetPaths, runs: Mapping[str, Path], out_dir: str | Path,
@@ -41,7 +36,7 @@ def reader_report(cfg_reader: Any, ds: DatasetPaths, runs: Mapping[str, Path], o
 
     if ds.kind != "qa":
         raise ValueError(f"{ds.root}: the reader needs QA data (answer strings); this dataset is {ds.kind!r}")
-    rcfg = _plain(cfg_reader)
+    rcfg = plain(cfg_reader)
     rdir = Path(out_dir) / "reader"
     model_dir, eval_file = rdir / "reader", rdir / "eval.json"
     systems = {name: Path(runs[name]) for name in SYSTEMS if name in runs}

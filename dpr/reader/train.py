@@ -1,7 +1,7 @@
 """The reader's training loop: AdamW with linear warm-up/decay, seeded, resumable.
 
-Optimizer, schedule, clipping and the checkpoint format are the retriever trainer's
-(``dpr.training.optim`` / ``dpr.training.checkpoint``). The data order is a pure function of
+Optimizer, schedule, clipping, precision, seeding, the metrics log and the checkpoint format are the
+training kit's (`dpr.trainkit`), as the retriever's and the cross-encoder's are. The data order is a pure function of
 (seed, epoch) and each step's negatives of (seed, step), so a resumed run replays exactly the batches
 a straight run would have seen; a checkpoint stores only the step besides the weights and states.
 
@@ -11,8 +11,6 @@ model=<output_dir>`` finds it), ``train_summary.json``, ``metrics.jsonl``, ``che
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import random
@@ -27,34 +25,26 @@ from dpr.atomic import write_json_atomic
 from dpr.data.retriever_json import read_retriever_json
 from dpr.perf.malloc import keep_freed_memory
 from dpr.reader.data import collate, prepare_items, reader_loss
-from dpr.reader.model import SETTINGS_KEYS, autocast_context, build_reader, save_reader
-from dpr.training.checkpoint import (load_checkpoint, read_state, resolve_resume, rng_state, save_checkpoint,
-                                     set_rng_state)
-from dpr.training.optim import build_optimizer, clip_gradients, linear_schedule, resolve_warmup
+from dpr.reader.model import SETTINGS_KEYS, build_reader, save_reader
+from dpr.trainkit.checkpoint import RESUMABLE_KEYS, file_identity, fingerprint, resume_checkpoint, save_checkpoint
+from dpr.trainkit.config_dict import plain
+from dpr.trainkit.metrics_log import MetricsLogger
+from dpr.trainkit.optim import apply_update, build_optimizer, linear_schedule, resolve_warmup
+from dpr.trainkit.precision import precision_context
+from dpr.trainkit.seed import rng_state, seed_everything
 
 log = logging.getLogger(__name__)
 
-# Settings that do not change what a step computes: a run may resume with other values.
-_RESUMABLE = {"max_steps", "epochs", "save_every", "keep_checkpoints", "resume", "log_every", "cpu_threads"}
-
-
-def _plain(cfg: Any) -> dict:
-    from omegaconf import DictConfig, OmegaConf
-
-    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-
 
 def _fingerprint(rcfg: dict, train_path: Path) -> str:
-    t = {k: v for k, v in rcfg["train"].items() if k not in _RESUMABLE}
-    st = train_path.stat()
-    blob = json.dumps({"model": rcfg["model"], **{k: rcfg[k] for k in SETTINGS_KEYS}, "train": t,
-                       "file": [st.st_size, st.st_mtime_ns]}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    t = {k: v for k, v in rcfg["train"].items() if k not in RESUMABLE_KEYS}
+    return fingerprint({"model": rcfg["model"], **{k: rcfg[k] for k in SETTINGS_KEYS}, "train": t,
+                        "file": file_identity(train_path)})
 
 
 def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: str | Path) -> dict:
     """Train a reader on ``train_path`` (DPR retriever JSON) into ``output_dir``; returns the summary."""
-    rcfg = _plain(rcfg)
+    rcfg = plain(rcfg)
     tcfg = rcfg["train"]
     keep_freed_memory()  # no page-fault storm per step on the CPU (dpr/perf/malloc.py)
     train_path, out = Path(train_path), Path(output_dir)
@@ -62,7 +52,7 @@ def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: st
     if tcfg.get("cpu_threads", 0) > 0:
         torch.set_num_threads(int(tcfg["cpu_threads"]))
     seed = int(tcfg["seed"])
-    torch.manual_seed(seed)
+    seed_everything(seed)
     settings = {k: rcfg[k] for k in SETTINGS_KEYS}
     model, tokenizer = build_reader(rcfg["model"])
 
@@ -80,54 +70,43 @@ def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: st
 
     optimizer = build_optimizer(model, lr=float(tcfg["lr"]), weight_decay=float(tcfg["weight_decay"]))
     scheduler = linear_schedule(optimizer, resolve_warmup(0, float(tcfg["warmup_ratio"]), total), total)
-    fingerprint = _fingerprint(rcfg, train_path)
-    start_step = 0
-    ckpt = resolve_resume(tcfg.get("resume", "auto"), out)
-    if ckpt is not None:
-        if read_state(ckpt).get("fingerprint") != fingerprint:
-            if str(tcfg.get("resume")).lower() != "auto":
-                raise ValueError(f"{ckpt}: checkpoint of a different run (model, data or settings changed)")
-            log.warning("ignoring %s: written by a run with other settings or data", ckpt)
-        else:
-            state, rng = load_checkpoint(ckpt, model, optimizer, scheduler)
-            set_rng_state(rng[0])  # dropout draws continue where the killed run left them
-            start_step = int(state["step"])
-            log.info("resumed from %s at step %d", ckpt, start_step)
-    autocast, precision = autocast_context(str(tcfg.get("precision", "auto")))
+    run_fingerprint = _fingerprint(rcfg, train_path)
+    start_step, _ = resume_checkpoint(tcfg.get("resume", "auto"), out, run_fingerprint, model, optimizer, scheduler)
+    # the reader trains on the CPU (the model is never moved)
+    autocast, precision = precision_context(str(tcfg.get("precision", "auto")), "cpu", training=True)
 
     model.train()
-    log_path = out / "metrics.jsonl"
+    logger = MetricsLogger(out, resume_step=start_step, validation=False)
     figures: dict = {}
     order: np.ndarray | None = None
     epoch_of_order = -1
-    for step in range(start_step, total):
-        epoch, pos = divmod(step, steps_per_epoch)
-        if epoch != epoch_of_order:
-            order = np.random.RandomState(seed + epoch).permutation(len(items))
-            epoch_of_order = epoch
-        batch_items = [items[i] for i in order[pos * bs:(pos + 1) * bs]]
-        batch = collate(batch_items, tokenizer, settings, int(tcfg["negatives"]), random.Random(seed * 1_000_003 + step))
-        with autocast:
-            start, end, rel = model(batch["input_ids"], batch["attention_mask"], batch["passage_mask"],
-                                    batch["token_type_ids"])
-        loss, figures = reader_loss(start, end, rel, batch)
-        loss.backward()
-        lr = scheduler.get_last_lr()[0]
-        grad_norm = clip_gradients(model.parameters(), float(tcfg["max_grad_norm"]))
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        figures = {"step": step + 1, "epoch": epoch, "loss": loss.item(), "lr": lr, "grad_norm": grad_norm,
-                   "seconds": round(time.perf_counter() - t0, 2), **figures}
-        with open(log_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(figures) + "\n")
-        if (step + 1) % max(1, int(tcfg.get("log_every", 20))) == 0:
-            log.info("step %d/%d loss %.4f span %.4f rel-acc %.2f", step + 1, total, figures["loss"],
-                     figures["span_loss"], figures["relevance_accuracy"])
-        save_every = int(tcfg.get("save_every", 0))
-        if save_every > 0 and ((step + 1) % save_every == 0 or step + 1 == total):
-            save_checkpoint(out, step + 1, model, optimizer, scheduler, None, {"fingerprint": fingerprint},
-                            [rng_state()], keep=int(tcfg.get("keep_checkpoints", 1)))
+    try:
+        for step in range(start_step, total):
+            epoch, pos = divmod(step, steps_per_epoch)
+            if epoch != epoch_of_order:
+                order = np.random.RandomState(seed + epoch).permutation(len(items))
+                epoch_of_order = epoch
+            batch_items = [items[i] for i in order[pos * bs:(pos + 1) * bs]]
+            batch = collate(batch_items, tokenizer, settings, int(tcfg["negatives"]),
+                            random.Random(seed * 1_000_003 + step))
+            with autocast:
+                start, end, rel = model(batch["input_ids"], batch["attention_mask"], batch["passage_mask"],
+                                        batch["token_type_ids"])
+            loss, figures = reader_loss(start, end, rel, batch)
+            loss.backward()
+            lr, grad_norm = apply_update(model.parameters(), optimizer, scheduler, float(tcfg["max_grad_norm"]))
+            figures = {"step": step + 1, "epoch": epoch, "loss": loss.item(), "lr": lr, "grad_norm": grad_norm,
+                       "seconds": round(time.perf_counter() - t0, 2), **figures}
+            logger.log_train(step + 1, {k: v for k, v in figures.items() if k != "step"})
+            if (step + 1) % max(1, int(tcfg.get("log_every", 20))) == 0:
+                log.info("step %d/%d loss %.4f span %.4f rel-acc %.2f", step + 1, total, figures["loss"],
+                         figures["span_loss"], figures["relevance_accuracy"])
+            save_every = int(tcfg.get("save_every", 0))
+            if save_every > 0 and ((step + 1) % save_every == 0 or step + 1 == total):
+                save_checkpoint(out, step + 1, model, optimizer, scheduler, None, {"fingerprint": run_fingerprint},
+                                [rng_state()], keep=int(tcfg.get("keep_checkpoints", 1)))
+    finally:
+        logger.close()
 
     model.eval()
     return _finish(model, tokenizer, settings, out, rcfg, counts, total, start_step, precision, figures, t0)

@@ -30,7 +30,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -38,6 +38,7 @@ from dpr.atomic import write_json_atomic
 from dpr.data.dataset import DatasetPaths
 from dpr.rerank.stage_config import TeacherStageConfig
 from dpr.stages import StageRunner
+from dpr.trainkit.config_dict import plain
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +46,8 @@ FIRST_STAGES = ("bm25", "dense", "hybrid")
 SUFFIX = "+rerank"
 
 
-def _plain(cfg: Any) -> Any:
-    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
-
-
 def stage_config(cfg: DictConfig) -> TeacherStageConfig:
-    return TeacherStageConfig.from_dict(_plain(cfg.get("teacher_cfg")))
+    return TeacherStageConfig.from_dict(plain(cfg.get("teacher_cfg")))
 
 
 def check_teacher(cfg: DictConfig) -> TeacherStageConfig:
@@ -172,12 +169,13 @@ def score_training_candidates(teacher_dir: Path, train_json: Path, scores: Path,
     from dpr.errors import DataError
     from dpr.index.fingerprint import model_fingerprint
     from dpr.rerank.model import document_text, load_cross_encoder
-    from dpr.rerank.score import precision_context, score_pairs
+    from dpr.rerank.score import score_pairs
+    from dpr.trainkit.precision import resolve_precision
     from dpr.training.teacher_scores import score_candidates
 
     model, tok, settings = load_cross_encoder(teacher_dir)
     s = tcfg.rerank.score
-    _, precision = precision_context(s.precision)
+    precision = resolve_precision(s.precision)
     fingerprint = f"cross-encoder:{model_fingerprint(teacher_dir)}:{precision}"
 
     def scorer(questions, ctxs):
@@ -222,11 +220,11 @@ def _distill_loss(tcfg: TeacherStageConfig) -> DictConfig:
         raise ValueError(f"teacher_cfg.loss={tcfg.loss!r}: no {path}; known: {', '.join(known)}")
     base = OmegaConf.load(path)
     # the kind of loss first (the default loss_args are kl_distill's and mean nothing to a loss without a teacher)
-    if getattr(build_loss(_plain(base)), "teacher", None) != "scores":
+    if getattr(build_loss(plain(base)), "teacher", None) != "scores":
         raise ValueError(f"teacher_cfg.loss={tcfg.loss!r} does not learn from a teacher's scores "
                          "(its class declares no teacher = \"scores\"); use kl_distill or margin_mse")
     loss = OmegaConf.merge(base, OmegaConf.create(dict(tcfg.loss_args)))
-    build_loss(_plain(loss))  # the arguments, checked before any stage runs
+    build_loss(plain(loss))  # the arguments, checked before any stage runs
     return loss
 
 

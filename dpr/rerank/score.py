@@ -2,12 +2,11 @@
 
 Pairs are tokenized once, sorted by token length (longest first, so each batch pads only to its own
 longest and peak memory shows at once) and scored under ``torch.inference_mode`` with bf16 autocast
-where the CPU has it (`dpr.models.inference.autocast_dtype`), then returned in the caller's order.
+where the CPU has it (`dpr.trainkit.precision`), then returned in the caller's order.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from pathlib import Path
@@ -15,20 +14,10 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from dpr.models.inference import autocast_dtype
 from dpr.rerank.model import document_text, tokenize_pairs
+from dpr.trainkit.precision import autocast_context, resolve_precision
 
 log = logging.getLogger(__name__)
-
-
-def precision_context(precision: str, device: torch.device | str = "cpu") -> tuple[Any, str]:
-    """``(autocast context, resolved precision)`` for ``auto`` | ``fp32`` | ``bf16`` (``DPR_NO_BF16=1``
-    makes auto mean fp32, as everywhere in the project)."""
-    dev = torch.device(device)
-    dtype = autocast_dtype(dev, "off" if precision == "fp32" else precision)
-    if dtype is None:
-        return contextlib.nullcontext(), "fp32"
-    return torch.autocast(device_type=dev.type, dtype=dtype), {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
 def score_pairs(model: torch.nn.Module, tokenizer: Any, questions: Sequence[str], passages: Sequence[str],
@@ -43,7 +32,7 @@ def score_pairs(model: torch.nn.Module, tokenizer: Any, questions: Sequence[str]
     enc = tokenize_pairs(tokenizer, list(questions), list(passages), max_length, padding=False)
     order = sorted(range(len(questions)), key=lambda i: len(enc["input_ids"][i]), reverse=True)
     device = next(model.parameters()).device
-    ctx, _ = precision_context(autocast, device)
+    ctx = autocast_context(device, autocast)
     was_training = model.training
     model.eval()
     try:
@@ -99,8 +88,8 @@ def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | P
     reranked = rerank_results(model, tok, results, k, settings, batch_size=batch_size, autocast=precision)
     seconds = time.perf_counter() - t0
     write_results(output, reranked)
-    _, resolved = precision_context(precision)
-    stats = {"questions": len(results), "k": k, "precision": resolved, "seconds": round(seconds, 2),
+    stats = {"questions": len(results), "k": k, "precision": resolve_precision(precision),
+             "seconds": round(seconds, 2),
              "seconds_per_question": round(seconds / max(1, len(results)), 4)}
     if any(r["answers"] for r in results):
         stats["before"] = results_metrics([{**r, "ctxs": r["ctxs"][:k]} for r in results], max_k=k)

@@ -1,19 +1,17 @@
 """The cross-encoder's training loop: AdamW with linear warm-up/decay, seeded, resumable, validated.
 
-Optimizer, schedule, clipping and the checkpoint format are the retriever trainer's
-(``dpr.training.optim`` / ``dpr.training.checkpoint``), as the reader's are. A step's groups are a pure
+Optimizer, schedule, clipping, precision, seeding, the metrics log and the checkpoint format are the training
+kit's (`dpr.trainkit`), as the retriever's and the reader's are. A step's groups are a pure
 function of (seed, step) (`dpr.rerank.data.GroupBatches`) and dropout's RNG state travels in the
 checkpoint, so a run killed and resumed ends with the weights of an uninterrupted one.
 
 Output: ``<output_dir>/cross_encoder/`` (`dpr.rerank.model`; the best dev weights when validated, else the
-last), ``train_summary.json``, ``metrics.jsonl`` / ``validation.jsonl`` (`dpr.training.metrics_log`),
+last), ``train_summary.json``, ``metrics.jsonl`` / ``validation.jsonl`` (`dpr.trainkit.metrics_log`),
 ``checkpoints/step_<n>/`` and ``checkpoints/best/``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from pathlib import Path
@@ -28,18 +26,19 @@ from dpr.rerank.config import RerankConfig
 from dpr.rerank.data import Group, GroupBatches, collate, read_groups_source
 from dpr.rerank.losses import LOSSES, group_accuracy
 from dpr.rerank.model import FINAL_DIR, build_cross_encoder, save_cross_encoder
-from dpr.rerank.score import precision_context
 from dpr.rerank.validate import RerankValidator
-from dpr.training.checkpoint import (load_best, load_checkpoint, read_state, resolve_resume, rng_state,
-                                     save_best, save_checkpoint, set_rng_state)
-from dpr.training.metrics_log import MetricsLogger
-from dpr.training.optim import build_optimizer, clip_gradients, linear_schedule, resolve_warmup
+from dpr.trainkit.checkpoint import (RESUMABLE_KEYS, file_identity, fingerprint, load_best, resume_checkpoint,
+                                     save_best, save_checkpoint)
+from dpr.trainkit.config_dict import plain
+from dpr.trainkit.metrics_log import MetricsLogger
+from dpr.trainkit.optim import apply_update, build_optimizer, linear_schedule, resolve_warmup
+from dpr.trainkit.precision import AutocastCtx, autocast_scope, precision_context
+from dpr.trainkit.seed import rng_state, seed_everything
 
 log = logging.getLogger(__name__)
 
 # Settings that do not change what a step computes: a run may resume with other values.
-_RESUMABLE = {"max_steps", "epochs", "save_every", "keep_checkpoints", "resume", "log_every", "cpu_threads",
-              "eval_every", "val_max_questions", "best_metric"}
+_RESUMABLE = RESUMABLE_KEYS | {"eval_every", "val_max_questions", "best_metric"}
 
 
 def as_config(cfg: Any) -> RerankConfig:
@@ -47,36 +46,17 @@ def as_config(cfg: Any) -> RerankConfig:
     if isinstance(cfg, RerankConfig):
         cfg.check()
         return cfg
-    from omegaconf import DictConfig, OmegaConf
-
-    return RerankConfig.from_dict(OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg)
+    return RerankConfig.from_dict(plain(cfg))
 
 
 def _fingerprint(cfg: RerankConfig, train_path: Path) -> str:
     d = cfg.as_dict()
     d["train"] = {k: v for k, v in d["train"].items() if k not in _RESUMABLE}
     d.pop("score")
-    st = train_path.stat()
-    blob = json.dumps({**d, "file": [st.st_size, st.st_mtime_ns]}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return fingerprint({**d, "file": file_identity(train_path)})
 
 
-def _resume(tcfg, out: Path, fingerprint: str, model, optimizer, scheduler) -> tuple[int, dict]:
-    ckpt = resolve_resume(tcfg.resume, out)
-    if ckpt is None:
-        return 0, {}
-    if read_state(ckpt).get("fingerprint") != fingerprint:
-        if str(tcfg.resume).lower() != "auto":
-            raise ValueError(f"{ckpt}: checkpoint of a different run (model, data or settings changed)")
-        log.warning("ignoring %s: written by a run with other settings or data", ckpt)
-        return 0, {}
-    state, rng = load_checkpoint(ckpt, model, optimizer, scheduler)
-    set_rng_state(rng[0])  # dropout draws continue where the killed run left them
-    log.info("resumed from %s at step %d", ckpt, int(state["step"]))
-    return int(state["step"]), state
-
-
-def forward_logits(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], autocast: Any,
+def forward_logits(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], autocast: AutocastCtx,
                    length_bucket_size: int = 0) -> torch.Tensor:
     """The one logit of every row of ``batch`` (float32, ``[rows]``), with the graph for backward.
 
@@ -86,14 +66,14 @@ def forward_logits(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], au
     gradients are the one forward's. Why: on the CPU one forward of 32 pairs of ~190 tokens trains 1.8x
     slower in fp32 than four buckets of 8 (`scripts/bench_rerank.py`, docs/results/benchmarks.md).
     """
-    with autocast:
+    with autocast_scope(autocast):
         logits = encode_bucketed(lambda **inputs: model(**inputs).logits, batch, length_bucket_size)
     return logits.float().view(-1)
 
 
 def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], optimizer: torch.optim.Optimizer,
                scheduler: Any, loss_fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-               autocast: Any, max_length: int, use_title: bool, max_grad_norm: float,
+               autocast: AutocastCtx, max_length: int, use_title: bool, max_grad_norm: float,
                length_bucket_size: int = 0) -> dict:
     """One optimizer step on ``groups`` (what `train_cross_encoder` runs per step; `scripts/bench_rerank.py`
     times it): tokenize the groups' pairs into one batch, forward under ``autocast`` (in length buckets:
@@ -105,11 +85,7 @@ def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], 
     scores = forward_logits(model, batch, autocast, length_bucket_size).view(len(groups), -1)
     loss = loss_fn(scores, positive, ignore)
     loss.backward()
-    lr = scheduler.get_last_lr()[0]
-    grad_norm = clip_gradients(model.parameters(), max_grad_norm)
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
+    lr, grad_norm = apply_update(model.parameters(), optimizer, scheduler, max_grad_norm)
     return {"loss": loss.item(), "accuracy": group_accuracy(scores.detach(), positive, ignore), "lr": lr,
             "grad_norm": grad_norm}
 
@@ -127,7 +103,7 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
     out.mkdir(parents=True, exist_ok=True)
     if tcfg.cpu_threads > 0:
         torch.set_num_threads(int(tcfg.cpu_threads))
-    torch.manual_seed(int(tcfg.seed))  # the head's initialisation
+    seed_everything(int(tcfg.seed))  # the head's initialisation
     model, tokenizer = build_cross_encoder(cfg.model)
     settings = cfg.settings()
 
@@ -145,10 +121,10 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
 
     optimizer = build_optimizer(model, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     scheduler = linear_schedule(optimizer, resolve_warmup(0, tcfg.warmup_ratio, total), total)
-    fingerprint = _fingerprint(cfg, train_path)
-    start_step, state = _resume(tcfg, out, fingerprint, model, optimizer, scheduler)
+    run_fingerprint = _fingerprint(cfg, train_path)
+    start_step, state = resume_checkpoint(tcfg.resume, out, run_fingerprint, model, optimizer, scheduler)
     best = state.get("best")
-    autocast, precision = precision_context(tcfg.precision)
+    autocast, precision = precision_context(tcfg.precision, "cpu", training=True)
     loss_fn = LOSSES[tcfg.loss]
     logger = MetricsLogger(out, resume_step=start_step)
     log.info("cross-encoder: %d %s questions, %d steps of %d x (1 + %d), loss %s, %s", len(examples), kind, total,
@@ -172,7 +148,8 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
                 model.train()
             if tcfg.save_every > 0 and ((step + 1) % tcfg.save_every == 0 or last):
                 save_checkpoint(out, step + 1, model, optimizer, scheduler, None,
-                                {"fingerprint": fingerprint, "best": best}, [rng_state()], keep=tcfg.keep_checkpoints)
+                                {"fingerprint": run_fingerprint, "best": best}, [rng_state()],
+                                keep=tcfg.keep_checkpoints)
     finally:
         logger.close()
     model.eval()

@@ -15,11 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Mapping
 
 from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
-
-
-# AdamW's implementations (dpr.training.optim): the same update computed per tensor (plain), over lists of
-# tensors (foreach: a few multi-tensor kernels per step) or in one fused kernel per dtype and device (fused).
-OPTIMIZER_IMPLS = ("auto", "plain", "foreach", "fused")
+from dpr.trainkit.optim import OPTIMIZER_IMPLS  # AdamW's implementations (train.optimizer_impl)
 
 
 @dataclass

@@ -34,18 +34,9 @@ from torch import nn
 
 from dpr.losses import LossOutput
 from dpr.models.length_buckets import length_order, restore_order, trim_padding
+from dpr.trainkit.precision import AutocastCtx, autocast_scope
 
 Inputs = Mapping[str, torch.Tensor]
-AutocastCtx = Callable[[], ContextManager] | ContextManager | None
-
-
-def _autocast(ctx: AutocastCtx) -> ContextManager:
-    """A fresh context each time: accepts a factory or a reusable context such as ``torch.autocast(...)``."""
-    if ctx is None:
-        return contextlib.nullcontext()
-    if hasattr(ctx, "__enter__"):
-        return ctx  # torch.autocast instances can be entered repeatedly (not nested)
-    return ctx()
 
 
 def _no_sync(model: nn.Module) -> ContextManager:
@@ -62,7 +53,7 @@ def standard_step(
     ``bucket_size > 0``: each tower encodes its texts in length-sorted buckets of that many rows, inside
     the one forward (:mod:`dpr.models.length_buckets`: the same vectors, far fewer padded tokens).
     """
-    with _autocast(autocast_ctx):
+    with autocast_scope(autocast_ctx):
         q, p = model(q_inputs, p_inputs, bucket_size=bucket_size) if bucket_size > 0 else model(q_inputs, p_inputs)
     out = loss_fn(q.float(), p.float())
     out.loss.backward()
@@ -147,7 +138,7 @@ def grad_cache_step(
     with torch.no_grad():
         for q_chunk, p_chunk in jobs:
             states.append(_RngState.capture(cuda_devices))
-            with _autocast(autocast_ctx):
+            with autocast_scope(autocast_ctx):
                 q, p = model(q_chunk, p_chunk)
             if q is not None:
                 q_reps.append(q.float())
@@ -166,7 +157,7 @@ def grad_cache_step(
     for k, ((q_chunk, p_chunk), state) in enumerate(zip(jobs, states)):
         last = k == len(jobs) - 1
         with contextlib.nullcontext() if last else _no_sync(model):
-            with state.restored(), _autocast(autocast_ctx):
+            with state.restored(), autocast_scope(autocast_ctx):
                 q, p = model(q_chunk, p_chunk)
             tensors, grads = [], []
             if q is not None:

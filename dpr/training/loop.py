@@ -30,15 +30,15 @@ import torch
 from tqdm.auto import tqdm
 
 from dpr import distributed as dist
-from dpr.training import checkpoint as ckpt
 from dpr.training.config import TrainConfig
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.data import TrainBatches
 from dpr.training.health import HealthWatch
-from dpr.training.metrics_log import MetricsLogger
-from dpr.training.optim import optimizer_step
-from dpr.training.steps import bind_loss, frozen_index_step
+from dpr.training.steps import bind_loss, frozen_index_step, optimizer_step
 from dpr.training.validation import Validator, greater_is_better
+from dpr.trainkit import checkpoint as ckpt
+from dpr.trainkit.metrics_log import MetricsLogger
+from dpr.trainkit.seed import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ class Trainer:
                                                       "validation": metrics})
 
     def save_checkpoint(self) -> None:
-        rngs = dist.all_gather_object(ckpt.rng_state())
+        rngs = dist.all_gather_object(rng_state())
         if self.main:
             extra = {}
             if self.corpus is not None and self.corpus.vectors is not None:
@@ -264,7 +264,7 @@ class Trainer:
         extra = ckpt.load_extra(resume_dir)
         if self.corpus is not None and "corpus_vectors" in extra:
             self.corpus.set_vectors(extra["corpus_vectors"], int(extra["corpus_version"][0]))
-        ckpt.set_rng_state(rngs[dist.rank() % len(rngs)])
+        set_rng_state(rngs[dist.rank() % len(rngs)])
         st = self.state
         log.info("resumed from %s (step %d, epoch %d, batch %d)", resume_dir, st.step, st.epoch, st.batch_in_epoch)
 

@@ -7,10 +7,13 @@
   the cached corpus (whole, or each batch's FAISS top-k): no passage forward or backward pass.
 
 Either way the loss is one of :mod:`dpr.losses`, called with the full candidate matrix and its masks.
+:func:`optimizer_step` runs a step's micro-batches through one of them, then the kit's update
+(`dpr.trainkit.optim.apply_update`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Callable
 
@@ -20,7 +23,9 @@ from torch import nn
 from dpr.losses import LossOutput
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.data import Batch
-from dpr.training.grad_cache import AutocastCtx, Inputs, _autocast
+from dpr.training.grad_cache import Inputs
+from dpr.trainkit.optim import apply_update
+from dpr.trainkit.precision import AutocastCtx, autocast_scope
 
 
 def bind_loss(loss, similarity, batch: Batch, *, corpus: CorpusNegatives | None, frozen: bool, accum: int,
@@ -52,8 +57,25 @@ def bind_loss(loss, similarity, batch: Batch, *, corpus: CorpusNegatives | None,
 def frozen_index_step(model: nn.Module, q_inputs: Inputs, p_inputs: Inputs | None, loss_fn,
                       autocast_ctx: AutocastCtx = None) -> LossOutput:
     """Question tower forward/backward only; the loss scores against fixed corpus vectors."""
-    with _autocast(autocast_ctx):
+    with autocast_scope(autocast_ctx):
         q, _ = model(q_inputs, None)
     out = loss_fn(q.float(), None)
     out.loss.backward()
     return dataclasses.replace(out, loss=out.loss.detach())
+
+
+def optimizer_step(train_model, micro_batches, *, step_fn, autocast, optimizer, scheduler, scaler,
+                   max_grad_norm: float, device: torch.device) -> tuple[float, float]:
+    """One optimizer step over ``micro_batches`` (``(q_inputs, p_inputs or None, loss_fn)`` each): ``(lr, grad_norm)``.
+
+    ``optimizer.param_groups`` hold the parameters to clip. Under DDP gradients are all-reduced only
+    on the last micro-batch.
+    """
+    for i, (q_in, p_in, loss_fn) in enumerate(micro_batches):
+        q_in = {k: v.to(device, non_blocking=True) for k, v in q_in.items()}
+        p_in = {k: v.to(device, non_blocking=True) for k, v in p_in.items()} if p_in is not None else None
+        sync = i == len(micro_batches) - 1 or not hasattr(train_model, "no_sync")
+        with contextlib.nullcontext() if sync else train_model.no_sync():
+            step_fn(train_model, q_in, p_in, loss_fn, autocast)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return apply_update(params, optimizer, scheduler, max_grad_norm, scaler)

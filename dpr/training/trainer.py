@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import random
 import shutil
 import time
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from dpr import distributed as dist
 from dpr.atomic import write_json_atomic
@@ -28,55 +25,27 @@ from dpr.losses import build_loss
 from dpr.model_card import write_model_card
 from dpr.models import load_biencoder, save_biencoder
 from dpr.models.freeze import freeze_bottom_layers
-from dpr.perf.cpu import cpu_supports_bf16
 from dpr.perf.malloc import keep_freed_memory
 from dpr.run_dir import data_fingerprints
-from dpr.training import checkpoint as ckpt
 from dpr.training.config import TrainConfig
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.corpus_reuse import CorpusVectors, OnSaved, check_start_vectors
 from dpr.training.data import TrainBatches, load_examples
 from dpr.training.grad_cache import make_step
 from dpr.training.loop import Trainer, TrainState
-from dpr.training.metrics_log import MetricsLogger
-from dpr.training.optim import build_optimizer, phased_schedule
+from dpr.training.resume import find_resume, run_fingerprint
 from dpr.training.teacher import prepare_teacher
 from dpr.training.validation import Validator, load_corpus
+from dpr.trainkit import checkpoint as ckpt
+from dpr.trainkit.config_dict import plain
+from dpr.trainkit.metrics_log import MetricsLogger
+from dpr.trainkit.optim import build_optimizer, phased_schedule
+from dpr.trainkit.precision import autocast_factory, resolve_precision
+from dpr.trainkit.seed import seed_everything, use_deterministic_algorithms
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrainConfig", "train", "resolve_precision", "seed_everything"]
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """``auto``: bf16 on CUDA with bf16 (else fp16) and on CPUs with native bf16, fp32 otherwise."""
-    if precision == "auto":
-        if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-        return "bf16" if cpu_supports_bf16() else "fp32"
-    if precision == "fp16" and device.type != "cuda":
-        raise ValueError("train.precision=fp16 needs a GPU (loss scaling); use bf16 or fp32 on the CPU")
-    if precision == "bf16" and device.type == "cpu" and not cpu_supports_bf16():
-        log.warning("this CPU has no native bf16: bf16 autocast will be slower than fp32")
-    return precision
-
-
-def _autocast(precision: str, device: torch.device):
-    if precision == "fp32":
-        return None
-    return lambda: torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (1 << 32))
-    torch.manual_seed(seed)
-
-
-def _plain_config(cfg: Any) -> dict:
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True)
-    return OmegaConf.to_container(OmegaConf.create(dict(cfg)), resolve=True)
+__all__ = ["TrainConfig", "train"]
 
 
 def _total_steps(batches: TrainBatches, tc: TrainConfig) -> int:
@@ -94,7 +63,7 @@ def train(cfg: Mapping[str, Any] | DictConfig, extra_summary: Mapping[str, Any] 
     :mod:`dpr.training.corpus_reuse`); ``on_saved(model_dir, ids,
     vectors, computed_with=...)`` receives the corpus vectors of the saved weights when this run encoded them.
     """
-    conf = _plain_config(cfg)
+    conf = plain(cfg)
     tc = TrainConfig.from_dict(conf.get("train") or {})
     keep_freed_memory()  # no page-fault storm per step on the CPU (dpr/perf/malloc.py)
     threads = torch.get_num_threads()
@@ -116,9 +85,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     out = Path(dist.all_gather_object(str(conf["output_dir"]))[0])
     seed = int(conf.get("seed", 42))
     if tc.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.benchmark = False
+        use_deterministic_algorithms()
     seed_everything(seed)  # before building: a projection layer is initialised from the global RNG
 
     paths = DatasetPaths(Path(conf["data_dir"]) / conf["data"]["name"])
@@ -144,7 +111,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
         frozen = freeze_bottom_layers(model.passage_encoder, tc.passage_frozen_layers)
         log.info("passage tower: embeddings and the first %d layers frozen (%d parameters)",
                  tc.passage_frozen_layers, frozen)
-    precision = resolve_precision(tc.precision, device)
+    precision = resolve_precision(tc.precision, device, training=True)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     loss = build_loss(conf.get("loss"))
     # the loss's teacher (BM25 or a scores file) and, with train.teacher_denoise, the denoised examples
@@ -190,15 +157,9 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
                               question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
                               autocast=val_autocast, primary_metric=resolved["best_metric"])
 
-    fingerprint = ckpt.run_fingerprint({**conf, "loss": conf.get("loss")},
-                                       {**dataclasses.asdict(tc), **run_teacher.fingerprint}, train_file, world)
-    resume_dir = ckpt.resolve_resume(tc.resume, out)
-    if resume_dir is not None and ckpt.read_state(resume_dir).get("fingerprint") != fingerprint:
-        if str(tc.resume).lower() != "auto":
-            raise ValueError(f"{resume_dir} was written with another model/data/train config; "
-                             "train.resume=false starts over")
-        log.warning("ignoring checkpoints in %s: written with another model/data/train config (starting over)", out)
-        resume_dir = None
+    fingerprint = run_fingerprint({**conf, "loss": conf.get("loss")},
+                                  {**dataclasses.asdict(tc), **run_teacher.fingerprint}, train_file, world)
+    resume_dir = find_resume(tc.resume, out, fingerprint)
 
     train_model: torch.nn.Module = model
     if dist.is_distributed():
@@ -212,7 +173,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
         model=model, train_model=train_model, tokenizer=tokenizer, loss=loss,
         step_fn=make_step(tc.grad_cache_chunk_size, tc.length_bucket_size),
         batches=batches, validator=validator, optimizer=optimizer, scheduler=scheduler, scaler=scaler, tc=tc, out=out,
-        total_steps=total, device=device, autocast=_autocast(precision, device), corpus=corpus,
+        total_steps=total, device=device, autocast=autocast_factory(device, precision), corpus=corpus,
         state=TrainState(fingerprint=fingerprint), encode_autocast=val_autocast,
     )
     if start_vectors is not None and corpus_texts is not None and resume_dir is None:

@@ -16,9 +16,9 @@ from typing import Any
 from dpr.atomic import atomic_path, sha256_file, write_json_atomic
 from dpr.data.dataset import DatasetPaths
 from dpr.data.prepare import beir, import_, nfcorpus, nq_open_dev, sciq_open, squad1_open
-from dpr.data.prepare.common import plain_config
 from dpr.data.sources import DEFAULT_CACHE_DIR, default_mirror_dir, fetch, load_registry
 from dpr.errors import DataError
+from dpr.trainkit.config_dict import plain
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,9 @@ def prepare_dataset(
     ``meta.json`` shows the same recipe/config/sources (logged "up to date") unless ``force``. The whole
     directory is built aside and renamed at the end: a failure leaves no partial output.
     """
-    cfg = plain_config(data_cfg)
+    cfg = plain(data_cfg)
+    if not isinstance(cfg, dict):
+        raise TypeError(f"expected a mapping for the data config, got {type(data_cfg).__name__}")
     name = cfg.get("name")
     if not isinstance(name, str) or not name:
         raise DataError("data config", "missing", field="name")

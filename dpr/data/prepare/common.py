@@ -1,28 +1,14 @@
-"""Pieces every recipe shares: plain config dicts, seeded splits, answer de-duplication."""
+"""Pieces every recipe shares: seeded splits, answer de-duplication."""
 
 from __future__ import annotations
 
 import math
 import random
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Mapping, Sequence, TypeVar
 
 from dpr.errors import DataError
 
 T = TypeVar("T")
-
-
-def plain_config(cfg: Any) -> dict:
-    """A plain ``dict`` from a Hydra/OmegaConf config or any mapping (interpolations resolved)."""
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except ImportError:  # pragma: no cover - omegaconf comes with hydra
-        pass
-    if not isinstance(cfg, Mapping):
-        raise TypeError(f"expected a mapping for the data config, got {type(cfg).__name__}")
-    return dict(cfg)
 
 
 def check_fractions(split: Mapping[str, float], names: Sequence[str], where: str) -> dict[str, float]:

@@ -1,12 +1,16 @@
-"""Resumable checkpoints: weights (safetensors), optimizer, scheduler, scaler, RNG states, data position.
+"""Resumable checkpoints: weights (safetensors), optimizer, scheduler, scaler, RNG states, data position --
+the one format of the retriever's, the reader's and the cross-encoder's checkpoints.
 
 Layout of ``<output_dir>/checkpoints/step_<n>/`` (each directory is written aside, then renamed, so a
 killed run never leaves a half checkpoint that resume would pick up):
 
-- ``model.safetensors`` — the bi-encoder's weights (tied towers stored once)
+- ``model.safetensors`` — the model's weights (a bi-encoder's tied towers stored once)
 - ``optimizer.pt``, ``scheduler.pt``, ``scaler.pt`` — torch state dicts
 - ``rng.pt`` — python/numpy/torch/cuda RNG states, one entry per rank
 - ``state.json`` — step, epoch, batch in epoch, best metric so far, and anything else the trainer keeps
+
+Which checkpoint is a run's past: the run's :func:`fingerprint` (of what defines its steps; each trainer leaves
+out :data:`RESUMABLE_KEYS` and its own) must equal the one in ``state.json`` (:func:`resume_checkpoint`).
 """
 
 from __future__ import annotations
@@ -14,17 +18,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
 import re
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from dpr.atomic import atomic_path, clean_stale_temps_in
+from dpr.trainkit.seed import set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -33,62 +36,21 @@ BEST_DIR = "best"
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
 
-def rng_state() -> dict:
-    """This process's RNG states, in a form ``torch.load(weights_only=True)`` accepts."""
-    np_state = np.random.get_state()
-    state = {
-        "python": random.getstate(),
-        "numpy": {
-            "kind": np_state[0],
-            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
-            "pos": int(np_state[2]),
-            "has_gauss": int(np_state[3]),
-            "cached_gaussian": float(np_state[4]),
-        },
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+# Settings of every trainer that do not change what a step computes: a run may resume with other values (more
+# steps, say). Each trainer adds its own to the set it leaves out of its fingerprint.
+RESUMABLE_KEYS = frozenset({"epochs", "max_steps", "save_every", "keep_checkpoints", "log_every", "resume",
+                            "cpu_threads"})
 
 
-def set_rng_state(state: dict) -> None:
-    """Restore what :func:`rng_state` captured (CUDA states only where there are GPUs)."""
-    random.setstate(_as_tuple(state["python"]))
-    npst = state["numpy"]
-    np.random.set_state(
-        (npst["kind"], npst["keys"].numpy().astype(np.uint32), npst["pos"], npst["has_gauss"], npst["cached_gaussian"])
-    )
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        cuda = state["cuda"]
-        if len(cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(cuda)
-        else:  # a different GPU count: restore this process's device only
-            torch.cuda.set_rng_state(cuda[min(torch.cuda.current_device(), len(cuda) - 1)])
+def fingerprint(blob: Mapping[str, Any]) -> str:
+    """A run's identity: 16 hex digits of the sha256 of ``blob`` as sorted JSON (non-JSON values by ``str``)."""
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _as_tuple(x: Any) -> Any:
-    # random.setstate wants nested tuples; serialisation may hand back lists.
-    return tuple(_as_tuple(v) for v in x) if isinstance(x, (list, tuple)) else x
-
-
-# Settings that do not change what a step computes: a run may resume with other values (more steps, say).
-_RESUMABLE_KEYS = {"epochs", "max_steps", "save_every", "keep_checkpoints", "log_every", "print_every",
-                   "eval_every", "resume", "validate", "best_metric", "cpu_threads", "rounds", "remine_negatives",
-                   "remine_depth", "remine_skip_top", "remine_relative_margin", "remine_bm25_share",
-                   "optimizer_impl"}  # AdamW's kernels: the same update up to rounding, as cpu_threads
-
-
-def run_fingerprint(conf: Mapping[str, Any], train_cfg: Mapping[str, Any], train_path: Path, world: int) -> str:
-    """What a checkpoint must have been trained with to be this run's past: model, data file, seed,
-    world size and the step-defining train settings. Auto-resume ignores checkpoints that differ."""
-    train = {k: v for k, v in train_cfg.items() if k not in _RESUMABLE_KEYS and not k.startswith("val_")}
-    st = train_path.stat()
-    blob = json.dumps({"model": conf["model"], "data": conf["data"].get("name"), "seed": conf.get("seed"),
-                       "train": train, "world_size": world, "train_file": [st.st_size, st.st_mtime_ns]},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def file_identity(path: Path) -> list[int]:
+    """``[size, mtime_ns]`` of a training file: what a fingerprint records of it (rewriting it is another run)."""
+    st = Path(path).stat()
+    return [st.st_size, st.st_mtime_ns]
 
 
 def resolve_resume(resume: Any, output_dir: str | Path) -> Path | None:
@@ -194,7 +156,7 @@ def load_checkpoint(
         raise ValueError(f"{path}/model.safetensors does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
     if optimizer is not None:
         # load_state_dict restores each group's saved flags, foreach/fused included: keep this run's
-        # train.optimizer_impl (a resume may change it, `_RESUMABLE_KEYS`)
+        # train.optimizer_impl (a resume may change it: dpr.training.resume.RESUMABLE_KEYS)
         impl = [{k: g[k] for k in ("foreach", "fused") if k in g} for g in optimizer.param_groups]
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=map_location, weights_only=True))
         for group, flags in zip(optimizer.param_groups, impl):
@@ -236,7 +198,27 @@ def load_best(output_dir: str | Path, model: torch.nn.Module, map_location: str 
     return json.loads((d / "best.json").read_text(encoding="utf-8"))
 
 
+def resume_checkpoint(resume: Any, output_dir: str | Path, run_fingerprint: str, model: torch.nn.Module,
+                      optimizer: torch.optim.Optimizer, scheduler: Any) -> tuple[int, dict]:
+    """``(step, state)`` of the checkpoint ``resume`` asks for (:func:`resolve_resume`), loaded into ``model``,
+    ``optimizer`` and ``scheduler`` with its RNG state restored; ``(0, {})`` when there is none. One of another run
+    (another fingerprint) is ignored with a warning under ``resume=auto``, refused otherwise."""
+    ckpt = resolve_resume(resume, output_dir)
+    if ckpt is None:
+        return 0, {}
+    if read_state(ckpt).get("fingerprint") != run_fingerprint:
+        if str(resume).lower() != "auto":
+            raise ValueError(f"{ckpt}: checkpoint of a different run (model, data or settings changed)")
+        log.warning("ignoring %s: written by a run with other settings or data", ckpt)
+        return 0, {}
+    state, rng = load_checkpoint(ckpt, model, optimizer, scheduler)
+    set_rng_state(rng[0])  # dropout draws continue where the killed run left them
+    log.info("resumed from %s at step %d", ckpt, int(state["step"]))
+    return int(state["step"]), state
+
+
 __all__ = [
-    "rng_state", "set_rng_state", "run_fingerprint", "resolve_resume", "checkpoint_dir", "list_checkpoints", "latest_checkpoint", "read_state",
-    "save_checkpoint", "prune_checkpoints", "load_checkpoint", "load_extra", "save_best", "read_best", "load_best",
+    "CHECKPOINT_DIR", "BEST_DIR", "RESUMABLE_KEYS", "fingerprint", "file_identity", "resolve_resume", "checkpoint_dir",
+    "list_checkpoints", "latest_checkpoint", "read_state", "save_checkpoint", "prune_checkpoints", "load_checkpoint",
+    "load_extra", "save_best", "read_best", "load_best", "resume_checkpoint",
 ]

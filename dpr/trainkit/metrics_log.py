@@ -1,6 +1,8 @@
-"""Where training metrics go: ``metrics.jsonl`` / ``validation.jsonl`` in the output dir, and wandb.
+"""Where training metrics go: ``metrics.jsonl`` / ``validation.jsonl`` in the output dir, and wandb -- every
+trainer's (the retriever's, the reader's, the cross-encoder's).
 
-Only the main process logs (the trainer passes ``enabled=False`` elsewhere). wandb runs offline unless
+A resumed run's files lose the rows after the step it resumes from (it logs those steps again, identically); a
+fresh run's start empty. Only the main process logs (the retriever's trainer passes ``enabled=False`` elsewhere). wandb runs offline unless
 ``WANDB_MODE`` says otherwise, so it never asks for an API key; ``logger=none`` turns it off.
 """
 
@@ -48,7 +50,8 @@ def read_jsonl(path: str | Path) -> list[dict]:
 class MetricsLogger:
     """Appends one JSON object per logged step and mirrors it to wandb when asked.
 
-    Holds the open files and the wandb run, hence a class.
+    Holds the open files and the wandb run, hence a class. ``validation=False``: a trainer that never validates
+    (the reader) writes no ``validation.jsonl``.
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class MetricsLogger:
         wandb_cfg: dict | None = None,
         run_config: dict | None = None,
         resume_step: int = 0,
+        validation: bool = True,
     ) -> None:
         self.enabled = enabled
         self.output_dir = Path(output_dir)
@@ -67,7 +71,7 @@ class MetricsLogger:
         if not enabled:
             return
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        for name in (METRICS_FILE, VALIDATION_FILE):
+        for name in (METRICS_FILE, VALIDATION_FILE) if validation else (METRICS_FILE,):
             path = self.output_dir / name
             if resume_step > 0:
                 truncate_jsonl(path, resume_step)
@@ -86,7 +90,7 @@ class MetricsLogger:
     def _write(self, name: str, step: int, metrics: dict, prefix: str) -> None:
         if not self.enabled:
             return
-        row = {"step": int(step), **{k: _plain(v) for k, v in metrics.items()}}
+        row = {"step": int(step), **{k: _scalar(v) for k, v in metrics.items()}}
         f = self._files[name]
         f.write(json.dumps(row) + "\n")
         f.flush()
@@ -108,7 +112,7 @@ class MetricsLogger:
             self._wandb_run = None
 
 
-def _plain(v: Any) -> Any:
+def _scalar(v: Any) -> Any:
     if hasattr(v, "item"):
         return v.item()
     return v

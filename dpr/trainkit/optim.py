@@ -1,17 +1,18 @@
-"""AdamW with weight decay only where it belongs, DPR's linear warm-up/decay schedule, clipping, and one
-optimizer step (micro-batches, loss, clip, step) as the trainer and the benchmark run it."""
+"""AdamW with weight decay only where it belongs, DPR's linear warm-up/decay schedule (once, or once per phase),
+clipping, and the update after a backward pass (clip, step, schedule) -- every trainer's."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 from torch import nn
 
-from dpr.training.config import OPTIMIZER_IMPLS
-
+# AdamW's implementations: the same update computed per tensor (plain), over lists of tensors (foreach: a few
+# multi-tensor kernels per step) or in one fused kernel per dtype and device (fused). The retriever's
+# train.optimizer_impl (dpr.training.config) takes one of them.
+OPTIMIZER_IMPLS = ("auto", "plain", "foreach", "fused")
 
 # Biases and normalisation weights are not decayed (BERT/DPR practice): decaying a LayerNorm gain
 # towards 0 shrinks activations instead of regularising.
@@ -127,24 +128,19 @@ def clip_gradients(
     return float(norm)
 
 
-def optimizer_step(train_model, micro_batches, *, step_fn, autocast, optimizer, scheduler, scaler,
-                   max_grad_norm: float, device: torch.device) -> tuple[float, float]:
-    """One optimizer step over ``micro_batches`` (``(q_inputs, p_inputs or None, loss_fn)`` each): ``(lr, grad_norm)``.
-
-    ``optimizer.param_groups`` hold the parameters to clip. Under DDP gradients are all-reduced only
-    on the last micro-batch.
-    """
-    for i, (q_in, p_in, loss_fn) in enumerate(micro_batches):
-        q_in = {k: v.to(device, non_blocking=True) for k, v in q_in.items()}
-        p_in = {k: v.to(device, non_blocking=True) for k, v in p_in.items()} if p_in is not None else None
-        sync = i == len(micro_batches) - 1 or not hasattr(train_model, "no_sync")
-        with contextlib.nullcontext() if sync else train_model.no_sync():
-            step_fn(train_model, q_in, p_in, loss_fn, autocast)
+def apply_update(params: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer, scheduler: Any,
+                 max_grad_norm: float, scaler: "torch.amp.GradScaler | None" = None) -> tuple[float, float]:
+    """The update after the backward passes: ``(lr, grad_norm)`` -- the learning rate this step uses, the
+    gradient norm of ``params`` before clipping them to ``max_grad_norm`` (:func:`clip_gradients`); then the
+    optimizer step (through ``scaler`` when given: it unscales, and skips the step on an fp16 overflow), the
+    schedule step and the gradients cleared."""
     lr = scheduler.get_last_lr()[0]
-    params = [p for group in optimizer.param_groups for p in group["params"]]
     grad_norm = clip_gradients(params, max_grad_norm, optimizer, scaler)
-    scaler.step(optimizer)
-    scaler.update()
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return lr, grad_norm
