@@ -1,6 +1,7 @@
-"""The recipes of docs/extending.md, performed as written: a new loss, a new model preset and a new dataset
-recipe, each from files outside the repository (a tmp package and a tmp config dir), trained or prepared
-with the tiny model and data of conftest. If a recipe stops working as the page says, this file fails."""
+"""The recipes of docs/extending.md, performed as written: a new loss, a new model preset, a new dataset
+recipe and a new validation metric, each from files outside the repository (a tmp package and a tmp config
+dir), trained or prepared with the tiny model and data of conftest. If a recipe stops working as the page
+says, this file fails."""
 
 from __future__ import annotations
 
@@ -225,3 +226,51 @@ def test_recipe_new_negative_source_mines_through_the_one_filter(tiny_data_dir, 
         for c in ex["hard_negative_ctxs"]:
             assert c["passage_id"] not in skipped and c["passage_id"] not in {p["passage_id"] for p in ex["positive_ctxs"]}
             assert not has_answer(ex["answers"], c["text"]) and not has_answer(ex["answers"], c["title"])
+
+
+def test_recipe_new_validation_metric_keeps_the_weights_it_prefers(tiny_model_dir, tiny_data_dir, tmp_path):
+    """docs/extending.md "A new validation metric": a module registering a ``DevMetric`` and the page's
+    ``my_train.py`` (``dpr-train`` after one import); ``train.best_metric=<name>`` keeps the weights by it,
+    lower being better as the object says (the old name rule would have read ``first_hit@20`` as an accuracy)."""
+    from dpr.training.dev_metrics import greater_is_better
+
+    section = "A new validation metric"
+    pkg = tmp_path / "src" / "my_metrics"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "first_hit.py").write_text(doc_block(section, "python", 0))
+    (tmp_path / "my_train.py").write_text(doc_block(section, "python", 1))
+    command = doc_block(section, "bash")
+    assert "my_train.py" in command
+    selected = re.search(r"train\.best_metric=(\S+)", command).group(1)
+    assert selected == "first_hit@20" and greater_is_better(selected)  # unregistered here: the name rule's guess
+    conf = tmp_path / "myconf"
+    _tiny_data_conf(conf)
+    out = tmp_path / "run"
+    args = [f"hydra.searchpath=[file://{conf}]", "data=tiny", f"data_dir={tiny_data_dir}", f"output_dir={out}",
+            "model=tiny", f"model.name={tiny_model_dir}", "train.max_steps=4", "train.batch_size=4",
+            "train.hard_negatives=1", "train.precision=fp32", "train.save_every=0", "train.warmup_ratio=0",
+            "train.lr=1e-3", "train.eval_every=1", "train.validate_at_start=true", f"train.best_metric={selected}"]
+    proc = subprocess.run([sys.executable, "my_train.py", *args], cwd=tmp_path, env=_env(tmp_path / "src"),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    rows = [json.loads(line) for line in (out / "validation.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    # reported after the built-ins, which keep their keys and order
+    assert list(rows[0]) == ["step", "avg_rank", "avg_rank_ci95", "mrr", "mrr_ci95", "rank_pool_size", "num_questions",
+                             "top1", "top1_ci95", "top5", "top5_ci95", "top20", "top20_ci95",
+                             "first_hit@20", "first_hit@20_ci95", "epoch"]
+    values = [r["first_hit@20"] for r in rows]
+    assert all(1 <= v <= 21 for v in values) and len(set(values)) > 1  # the weights it compares do differ
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert summary["resolved"]["best_metric"] == "first_hit@20"
+    assert summary["best_metric"] == {"name": "first_hit@20", "value": min(values)}  # lowest: greater_is_better=False
+    assert summary["best_step"] == rows[values.index(min(values))]["step"]  # the first validation reaching it
+
+    # a name nobody registered is refused before training, the registered ones listed
+    bad = [*args[:3], f"output_dir={tmp_path / 'bad'}", *args[4:-1], "train.best_metric=first_hit@10"]
+    proc = subprocess.run([sys.executable, "my_train.py", *bad],
+                          cwd=tmp_path, env=_env(tmp_path / "src"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "best_metric='first_hit@10' is not a dev metric" in proc.stderr and "ndcg@10, first_hit@20" in proc.stderr

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Mapping
 
 from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
+from dpr.training.dev_metrics import find_metric, metric_names
 from dpr.trainkit.optim import OPTIMIZER_IMPLS  # AdamW's implementations (train.optimizer_impl)
 
 
@@ -85,7 +86,8 @@ class TrainConfig:
     val_corpus_topk: bool = True         # top-k accuracy against the whole corpus
     val_topk: List[int] = field(default_factory=lambda: [1, 5, 20])
     val_corpus_max_passages: int = 500_000
-    best_metric: str = "auto"            # picks the saved weights (*rank*/*loss*: lower is better);
+    best_metric: str = "auto"            # picks the saved weights (a registered dev metric, which says whether
+                                         # lower is better: dpr/training/dev_metrics.py);
                                          # auto: ndcg@10 on qrels data, avg_rank on QA data
     # --- teacher scores (dpr/training/teacher_scores.py: e.g. a cross-encoder's, for loss=kl_distill|margin_mse)
     teacher_scores: str = ""             # the scores file ("": <data_dir>/<name>/teacher_scores.jsonl where needed)
@@ -109,11 +111,12 @@ class TrainConfig:
             raise ValueError(f"train.multi_positive must be auto, true or false; got {tc.multi_positive!r}")
         if not isinstance(tc.best_metric, str):
             raise ValueError(f"train.best_metric must be a metric name or auto, got {tc.best_metric!r}")
-        known = ("auto", "avg_rank", "mrr", *(f"top{k}" for k in tc.val_topk), "ndcg@10")
+        known = ("auto", *metric_names(tc.val_topk))  # the registered dev metrics (dpr/training/dev_metrics.py)
         if tc.best_metric not in known:  # the trainer would otherwise keep the weights by a metric nobody asked for
             raise ValueError(f"train.best_metric={tc.best_metric!r} is not a dev metric; one of {', '.join(known)} "
                              "(top<k>: k from train.val_topk)")
-        if (tc.best_metric.startswith("top") or tc.best_metric.startswith("ndcg")) and not tc.val_corpus_topk:
+        metric = find_metric(tc.best_metric, tc.val_topk)
+        if metric is not None and metric.needs_corpus and not tc.val_corpus_topk:
             raise ValueError(f"train.best_metric={tc.best_metric} needs train.val_corpus_topk=true")
         if tc.remine_skip_top >= tc.remine_depth:
             raise ValueError(f"train.remine_skip_top={tc.remine_skip_top} must be < train.remine_depth="
@@ -131,9 +134,10 @@ class TrainConfig:
     def best_metric_for(self, kind: str) -> str:
         """``best_metric`` for a dataset of ``kind``: auto = dev nDCG@10 on qrels data (what is reported
         there; needs ``val_corpus_topk``), DPR's average rank on QA data."""
-        if self.best_metric == "ndcg@10" and kind != "qrels":
-            raise ValueError("train.best_metric=ndcg@10 needs qrels data (graded judgements); QA data has avg_rank, "
-                             "mrr and top<k>")
+        metric = find_metric(self.best_metric, self.val_topk)
+        if metric is not None and metric.qrels_only and kind != "qrels":
+            raise ValueError(f"train.best_metric={self.best_metric} needs qrels data (graded judgements); QA data has "
+                             "avg_rank, mrr and top<k>")
         if self.best_metric != "auto":
             return self.best_metric
         return "ndcg@10" if kind == "qrels" and self.val_corpus_topk else "avg_rank"

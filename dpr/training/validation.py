@@ -8,6 +8,10 @@
   current weights). A hit is a passage that contains an answer string (``has_answer``), or, for data
   without answers (qrels), one of the question's positive passages.
 
+This module computes the rankings; the metrics read from them are objects in
+:mod:`dpr.training.dev_metrics` (avg_rank, mrr, top<k>, ndcg@10 and any registered there), which also say
+whether greater is better.
+
 A non-finite score (NaN or an infinity: diverged weights) ranks *last*, never first: a positive scored
 NaN gets the worst rank of its pool and misses every top-k, a negative scored NaN beats nobody (plain
 comparisons would do the opposite: ``NaN > best`` is false, so NaN everywhere would read as rank 0 and a
@@ -25,6 +29,9 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+
+# greater_is_better: also what dpr.training.loop imports from here
+from dpr.training.dev_metrics import DevMetric, DevRankings, dev_metrics, evaluate, greater_is_better
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +75,8 @@ def average_rank(
     question_vectors: torch.Tensor | None = None,
     known_passages: tuple[list[str], torch.Tensor] | None = None,
 ) -> dict:
-    """DPR's average rank of each dev question's positive within the pooled dev passages.
+    """DPR's average rank of each dev question's positive within the pooled dev passages, and every other
+    registered pool metric (MRR, ...), with the pool's size and the number of questions.
 
     ``question_vectors`` (rows of the selected examples) and ``known_passages`` (ids, vectors — the
     encoded corpus) skip re-encoding what the caller already has; only missing pool passages are encoded.
@@ -76,13 +84,24 @@ def average_rank(
     examples = _select(examples, max_questions)
     if not examples:
         return {}
-    pool = _rank_pool(examples, hard_negatives)
-    ids = list(pool)
-    col = {pid: j for j, pid in enumerate(ids)}
     kw = dict(batch_size=batch_size, autocast=autocast)
     q = question_vectors
     if q is None:
         q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
+    ranks, pool_size = _pool_ranks(model, tokenizer, examples, q, known_passages, hard_negatives=hard_negatives,
+                                   passage_max_length=passage_max_length, **kw)
+    pool_metrics = [m for m in dev_metrics(()) if not m.needs_corpus]
+    return {**evaluate(pool_metrics, DevRankings(examples, pool_ranks=ranks)),
+            "rank_pool_size": pool_size, "num_questions": len(examples)}
+
+
+def _pool_ranks(model, tokenizer, examples: Sequence[dict], q: torch.Tensor,
+                known_passages: tuple[list[str], torch.Tensor] | None, *, hard_negatives: int, batch_size: int,
+                passage_max_length: int, autocast: str) -> tuple[torch.Tensor, int]:
+    """Each question's rank in the dev pool (float64) and the pool's size."""
+    pool = _rank_pool(examples, hard_negatives)
+    ids = list(pool)
+    col = {pid: j for j, pid in enumerate(ids)}
     known_row = {pid: j for j, pid in enumerate(known_passages[0])} if known_passages is not None else {}
     missing = [pid for pid in ids if pid not in known_row]
     p = torch.empty(len(ids), q.shape[1])
@@ -92,7 +111,7 @@ def average_rank(
     if missing:
         p[[col[pid] for pid in missing]] = _encode(
             model, tokenizer, [pool[i]["text"] for i in missing], "passage", max_length=passage_max_length,
-            titles=[pool[i].get("title") or "" for i in missing], **kw)
+            titles=[pool[i].get("title") or "" for i in missing], batch_size=batch_size, autocast=autocast)
     ranks = []
     for start in range(0, len(examples), 256):
         scores = _similarity(model, q[start:start + 256], p)
@@ -105,16 +124,7 @@ def average_rank(
             # a positive scored NaN/inf (now -inf) ranks below every other passage; a tie counts against it
             # (a collapsed model that scores every passage alike must not look perfect)
             ranks.append(int((row[~gold] >= best).sum()) if torch.isfinite(best) else int((~gold).sum()))
-    ranks_t = torch.tensor(ranks, dtype=torch.float64)
-    rr = 1.0 / (ranks_t + 1)
-    return {
-        "avg_rank": float(ranks_t.mean()),
-        "avg_rank_ci95": _ci95(ranks_t),
-        "mrr": float(rr.mean()),
-        "mrr_ci95": _ci95(rr),
-        "rank_pool_size": len(ids),
-        "num_questions": len(examples),
-    }
+    return torch.tensor(ranks, dtype=torch.float64), len(ids)
 
 
 def _similarity(model, q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -160,63 +170,54 @@ def corpus_topk_accuracy(
     passage_vectors: torch.Tensor | None = None,
 ) -> dict:
     """Top-k accuracy of dev questions against the whole corpus: ``{"top1": .., "top5": .., "top20": ..}``;
-    for qrels data (examples carrying ``qrels``) also ``ndcg@10``, graded as trec_eval grades it."""
-    from dpr.data.retriever_json import relevant_ids
-    from dpr.eval.has_answer import has_answer
-    from dpr.eval.qrels_metrics import query_metrics
-
+    for qrels data (examples carrying ``qrels``) also ``ndcg@10``, graded as trec_eval grades it; and every
+    other registered corpus metric that applies."""
     examples = _select(examples, max_questions)
-    ids, texts, titles = corpus
-    if not examples or not ids:
+    metrics = _corpus_metrics(ks, use_answers)
+    if not examples or not corpus[0] or not metrics:
         return {}
     kw = dict(batch_size=batch_size, autocast=autocast)
     p = passage_vectors
     if p is None:
-        p = _encode(model, tokenizer, texts, "passage", max_length=passage_max_length, titles=titles, **kw)
+        p = _encode(model, tokenizer, corpus[1], "passage", max_length=passage_max_length, titles=corpus[2], **kw)
     q = question_vectors
     if q is None:
         q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
-    # qrels data: nDCG@10, from each example's qrels or else its positives (grade 1), so the metric the
-    # trainer keeps weights by on such data always exists
-    graded = not use_answers
-    kmax = min(max(ks), len(ids))
-    depth = min(max(kmax, 10), len(ids)) if graded else kmax  # one ranking serves top-k and nDCG@10
-    ndcg = torch.zeros(len(examples), dtype=torch.float64)
-    hits = torch.zeros(len(examples), kmax, dtype=torch.bool)
+    ranking, hits = _corpus_ranking(model, examples, corpus, q, p, metrics, use_answers)
+    return evaluate(metrics, DevRankings(examples, corpus_ranking=ranking, corpus_hits=hits, graded=not use_answers))
+
+
+def _corpus_metrics(ks: Sequence[int], use_answers: bool) -> list[DevMetric]:
+    return [m for m in dev_metrics(ks) if m.needs_corpus and m.applies(corpus=True, graded=not use_answers)]
+
+
+def _corpus_ranking(model, examples: Sequence[dict], corpus: tuple[list[str], list[str], list[str]],
+                    q: torch.Tensor, p: torch.Tensor, metrics: Sequence[DevMetric],
+                    use_answers: bool) -> tuple[list[list[str]], torch.Tensor]:
+    """Each question's corpus ranking (ids, best first) to the deepest metric's depth, and its hits."""
+    from dpr.data.retriever_json import relevant_ids
+    from dpr.eval.has_answer import has_answer
+
+    ids, texts, _ = corpus
+    # one ranking serves every metric (top-k and nDCG@10: max(k, 10) on qrels data, max(k) on QA data)
+    depth = min(max(m.depth for m in metrics), len(ids))
+    ranking: list[list[str]] = []
+    hits = torch.zeros(len(examples), depth, dtype=torch.bool)
     for start in range(0, len(examples), 256):
         top = _similarity(model, q[start:start + 256], p).topk(depth, dim=1)
         # a -inf (non-finite) score is no result at all: ties among them must not count as hits
         ranked_rows = [[j for j, v in zip(row, vals) if v != float("-inf")]
                        for row, vals in zip(top.indices.tolist(), top.values.tolist())]
         for i, (ranked, ex) in enumerate(zip(ranked_rows, examples[start:start + 256])):
-            if graded:  # a dev example without qrels counts its positive_ctxs as grade 1
-                judged = ex.get("qrels") or {c["passage_id"]: 1 for c in ex["positive_ctxs"]}
-                ndcg[start + i] = query_metrics([ids[j] for j in ranked[:10]], judged, ["ndcg@10"])["ndcg@10"]
-            row = ranked[:kmax]
+            ranking.append([ids[j] for j in ranked])
             answers = ex.get("answers") or []
             if use_answers and answers:
-                found = [has_answer(answers, texts[j]) for j in row]
-            else:
+                found = [has_answer(answers, texts[j]) for j in ranked]
+            else:  # qrels data, or a QA example without answers: its judged-relevant passages
                 gold = relevant_ids(ex)
-                found = [ids[j] in gold for j in row]
+                found = [ids[j] in gold for j in ranked]
             hits[start + i, :len(found)] = torch.tensor(found, dtype=torch.bool)
-    first_hit = hits.cumsum(dim=1) > 0
-    out = {}
-    for k in ks:
-        col = first_hit[:, min(k, kmax) - 1].double()
-        out[f"top{k}"] = float(col.mean())
-        out[f"top{k}_ci95"] = _ci95(col)
-    if graded:
-        out["ndcg@10"] = float(ndcg.mean())
-        out["ndcg@10_ci95"] = _ci95(ndcg)
-    return out
-
-
-def _ci95(values: torch.Tensor) -> float:
-    """Half-width of the normal-approximation 95% interval of a mean over questions (the dev set's
-    sampling error: what a difference between two runs must exceed to mean something)."""
-    n = values.numel()
-    return float(1.96 * values.double().std(unbiased=True) / n ** 0.5) if n > 1 else float("nan")
+    return ranking, hits
 
 
 def validate(
@@ -265,11 +266,6 @@ def validate(
     return (metrics, p) if return_vectors else metrics
 
 
-def greater_is_better(metric: str) -> bool:
-    """Ranks and losses go down as models improve; accuracies and MRR go up."""
-    return not ("rank" in metric or "loss" in metric)
-
-
 class Validator:
     """Dev validation as the trainer uses it: names its primary metric and whether greater is better."""
 
@@ -281,11 +277,8 @@ class Validator:
         self.primary_metric = primary_metric
         self.greater_is_better = greater_is_better(primary_metric)
         # refused here, before a step is trained, rather than at the first validation
-        available = ["avg_rank", "mrr"]
-        if corpus is not None:
-            available += [f"top{k}" for k in cfg.get("val_topk", (1, 5, 20))]  # validate()'s default
-            if not use_answers:
-                available.append("ndcg@10")
+        available = [m.name for m in dev_metrics(cfg.get("val_topk", (1, 5, 20)))  # validate()'s default
+                     if m.applies(corpus=corpus is not None, graded=not use_answers)]
         if self.examples and primary_metric not in available:
             raise ValueError(f"train.best_metric={primary_metric!r}: this run's dev validation computes "
                              f"{', '.join(available)} (top<k> needs the passages file and train.val_corpus_topk, "
