@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from dpr.cli.common import CONF_DIR
 from dpr.cli.schemas import SCHEMAS, check_config
 
-from conftest import TINY_PASSAGES
+from tests.conftest import TINY_PASSAGES
 
 SKIP_GROUPS = ("train.", "model.")
 # the values a schema must have an answer for (plus hypothesis' own integers, floats and text)
@@ -101,7 +101,7 @@ def _fusion_runs(key: str, value) -> None:
     """Fuse two tiny result files with the accepted value: every fused score finite, k respected."""
     from dpr.retrieval.runs import hybrid_retrieve
 
-    from test_param_checks import BM25, DENSE
+    from tests.system.test_param_checks import BM25, DENSE
 
     with tempfile.TemporaryDirectory() as d:
         b, dn, out = Path(d) / "b.json", Path(d) / "d.json", Path(d) / "o.json"

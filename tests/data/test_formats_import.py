@@ -394,7 +394,7 @@ def test_an_imported_set_trains_as_qrels_data(tmp_path, tiny_model_dir, one_thre
     from dpr.training.trainer import train
 
     do_import("tevatron", make_source(tmp_path, "tevatron"), tmp_path / "prep", "tev", dev_fraction=0.2)
-    data = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "conf" / "data" / "import.yaml"))
+    data = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[2] / "conf" / "data" / "import.yaml"))
     summary = train({
         "model": {"name": str(tiny_model_dir), "pooling": "mean", "question_max_length": 32, "passage_max_length": 64},
         "data": {**data, "name": "tev"}, "logger": {"type": "none"},

@@ -24,7 +24,7 @@ from dpr.data.retriever_json import read_retriever_json
 from dpr.data.sources import Source, fetch, load_registry
 from dpr.errors import DataError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DPR_DATA = Path(sys.executable).parent / "dpr-data"
 
 # The test articles of squad1_open (seed 13): pinned so that another machine or Python must give the same split.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_PASSAGES, TINY_QA
+from tests.conftest import TINY_PASSAGES, TINY_QA
 
 QUESTIONS = [q for q, _, _ in TINY_QA] + ["word " * 80]  # the last one is cut at the question max length
 PASSAGES = [text for _, text, _ in TINY_PASSAGES] + ["long passage " * 60]

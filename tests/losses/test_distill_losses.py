@@ -188,7 +188,7 @@ def test_margin_mse_refuses_bad_settings():
 
 @pytest.mark.parametrize("name,cls", [("kl_distill", KLDistillLoss), ("margin_mse", MarginMSELoss)])
 def test_yaml_builds_the_loss_with_its_defaults_and_declares_the_scores_teacher(name, cls):
-    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf" / "loss" / f"{name}.yaml").read_text())
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "conf" / "loss" / f"{name}.yaml").read_text())
     loss = build_loss(cfg)
     assert isinstance(loss, cls) and loss.teacher == "scores"
     assert vars(loss) == vars(cls())  # the YAML only selects: its values are the dataclass' defaults

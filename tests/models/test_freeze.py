@@ -8,7 +8,7 @@ import torch
 from dpr.models import load_biencoder
 from dpr.models.freeze import freeze_bottom_layers, transformer_layers
 from dpr.training.trainer import train
-from test_trainer import tiny_cfg
+from tests.training.test_trainer import tiny_cfg
 
 
 # tiny models on a shared 2-core box: one intra-op thread (conftest.one_thread)

@@ -107,7 +107,7 @@ def test_a_prefix_must_be_a_string(value):
         BiEncoderConfig(passage_prefix=value)
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (__import__("pathlib").Path(__file__).resolve().parents[1]
+@pytest.mark.parametrize("name", sorted(p.stem for p in (__import__("pathlib").Path(__file__).resolve().parents[2]
                                                           / "conf" / "model").glob("*.yaml")))
 def test_every_model_config_passes_the_schema(name):
     """Each model preset (e5 and bge with their prefixes among them) is a valid ``BiEncoderConfig``, typed by

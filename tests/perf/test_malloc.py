@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-MODULE = Path(__file__).resolve().parents[1] / "dpr" / "perf" / "malloc.py"
+MODULE = Path(__file__).resolve().parents[2] / "dpr" / "perf" / "malloc.py"
 
 # Loads the module by path (no torch import: a fresh process in ~0.1 s), applies it, then allocates, touches
 # and frees a 64 MiB block twice: the second round's minor page faults show whether the block was reused.

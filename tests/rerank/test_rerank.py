@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from dpr.rerank.config import RerankConfig
 from dpr.rerank.losses import bce_loss, group_accuracy, listwise_loss
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --- losses ------------------------------------------------------------------------------------------

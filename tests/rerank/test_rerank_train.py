@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from test_faults import _env, _run, _run_stopped_at
+from tests.system.test_faults import _env, _run, _run_stopped_at
 
 CLI = [sys.executable, "-m", "dpr.cli.rerank"]
 

@@ -12,7 +12,7 @@ import pytest
 
 from dpr.data.results import read_results
 
-from conftest import TINY_PASSAGES, TINY_QA, write_tiny_dataset
+from tests.conftest import TINY_PASSAGES, TINY_QA, write_tiny_dataset
 
 BIN = Path(sys.executable).parent
 QUESTIONS = [q for q, _, _ in TINY_QA]

@@ -17,7 +17,7 @@ from dpr.index.shards import list_shards, write_shard
 from dpr.retrieval.passages import fetch_passages
 from dpr.retrieval.runs import dense_retrieve, hybrid_retrieve
 
-from conftest import TINY_PASSAGES, TINY_QA
+from tests.conftest import TINY_PASSAGES, TINY_QA
 
 BIN = Path(sys.executable).parent
 
@@ -30,7 +30,7 @@ def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def built(tiny_model_dir, tmp_path_factory):
     """encode → index through the console scripts, once for the module."""
-    from conftest import write_tiny_dataset
+    from tests.conftest import write_tiny_dataset
 
     root = tmp_path_factory.mktemp("e2e")
     data = write_tiny_dataset(root / "data" / "tiny")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ablate_training.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ablate_training.py"
 
 
 def _module():

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from test_bench_scripts import KEYS, _script
+from tests.scripts.test_bench_scripts import KEYS, _script
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("accelerate")  # CrossEncoderTrainer, the training peer, refuses to build without it
@@ -38,7 +38,7 @@ def tiny_cross_encoder(tmp_path):
 
 
 def _results_file(tiny_data_dir, path):
-    from conftest import TINY_PASSAGES, TINY_QA
+    from tests.conftest import TINY_PASSAGES, TINY_QA
     from dpr.data.results import write_results
 
     ctxs = [{"id": pid, "title": title, "text": text, "score": float(-i)}

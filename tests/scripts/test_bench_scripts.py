@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from tests.conftest import REPO
 
 KEYS = {"rows", "ratio", "peak_gflops", "cpu_flags"}
 
@@ -98,7 +98,7 @@ def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     assert rows["ours"]["levers"] == ["train.precision=fp32"]
     assert rep["ratio_levers"]["fused-adamw"]["vs_peer_default"] > 0
     # (no loss comparison here: the rows step in turn in train mode, so each one's dropout draws differ;
-    # fused = plain step for step is tests/test_optim_impl.py's)
+    # fused = plain step for step is tests/training/test_optim_impl.py's)
 
 
 def _train_bench(name: str, tiny_model_dir, tiny_data_dir, out) -> dict:

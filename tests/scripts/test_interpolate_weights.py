@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO
+from tests.conftest import REPO
 
 
 def _script():

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_tiny_dataset
+from tests.conftest import write_tiny_dataset
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _script():

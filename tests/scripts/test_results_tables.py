@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("results_tables", ROOT / "scripts" / "results_tables.py")
 rt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rt)

@@ -1,4 +1,4 @@
-"""One rank of the 2-process test (tests/test_distributed.py); run under torchrun.
+"""One rank of the 2-process test (tests/system/test_distributed.py); run under torchrun.
 
 Each rank takes its slice of a fixed global batch, runs the plain step and the gradient-cache step
 through DistributedDataParallel (gloo, CPU, dropout off), and saves the averaged gradients and

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from tests.conftest import REPO
 
 toc = pytest.importorskip("markdown.extensions.toc")  # comes with mkdocs (the dev extra)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

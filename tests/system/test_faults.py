@@ -17,7 +17,7 @@ import pytest
 from dpr.atomic import atomic_path, clean_stale_temps, path_lock
 
 BIN = Path(sys.executable).parent
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _py(code: str) -> list[str]:
@@ -200,7 +200,7 @@ def test_concurrent_writers_are_serialised(tmp_path):
 
 def _run_stopped_at(target: str, when: int | str, entry: str, args: list[str], cwd: Path) -> str:
     """Run ``entry`` (a console script's ``module:function``) frozen at a call of ``target``
-    (``module:function``; ``when`` as ``tests/stop_at_call.py`` reads it: ``[after-]N[@text]``), then SIGKILL
+    (``module:function``; ``when`` as ``tests/system/stop_at_call.py`` reads it: ``[after-]N[@text]``), then SIGKILL
     it there: a kill point that cannot be missed under load. Returns the call it stopped at, as
     ``stop_at_call.py`` printed it (its arguments name the output)."""
     log = cwd / f"stopped_{os.getpid()}_{time.monotonic_ns()}.log"
@@ -281,13 +281,13 @@ def test_dpr_index_killed_then_rerun_identical(tmp_path):
 
 
 def test_dpr_bm25_mine_killed_then_rerun_identical(tmp_path):
-    from conftest import write_tiny_dataset
+    from tests.conftest import write_tiny_dataset
 
     def dataset(root: Path) -> Path:
         write_tiny_dataset(root / "tiny")
         _big_passages(root / "tiny" / "passages.tsv", 20000)
         with open(root / "tiny" / "passages.tsv", "a", encoding="utf-8") as f:
-            from conftest import TINY_PASSAGES
+            from tests.conftest import TINY_PASSAGES
             for pid, text, title in TINY_PASSAGES:
                 f.write(f"{pid}\t{text}\t{title}\n")
         return root
@@ -315,7 +315,7 @@ def test_dpr_bm25_mine_killed_then_rerun_identical(tmp_path):
 
 def test_two_concurrent_dpr_bm25_mine_runs(tmp_path):
     """Before: the second crashed with "Directory not empty". Now both succeed, one after the other."""
-    from conftest import write_tiny_dataset
+    from tests.conftest import write_tiny_dataset
 
     write_tiny_dataset(tmp_path / "data" / "tiny")
     write_tiny_dataset(tmp_path / "ref" / "tiny")

@@ -18,8 +18,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from test_distributed import free_port
-from test_trainer import _env, dpr_train, tiny_model_no_dropout, write_tiny_data_conf  # noqa: F401  (fixture)
+from tests.system.test_distributed import free_port
+from tests.training.test_trainer import _env, dpr_train, tiny_model_no_dropout, write_tiny_data_conf  # noqa: F401  (fixture)
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 TIMEOUT = 240

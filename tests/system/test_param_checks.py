@@ -21,7 +21,7 @@ from dpr.index import build_index, load_index, save_index, search
 from dpr.index.shards import write_shard
 from dpr.retrieval.runs import hybrid_retrieve
 
-from test_bad_input import _cli, _one_line
+from tests.data.test_bad_input import _cli, _one_line
 
 BAD_WEIGHTS = [math.nan, math.inf, -math.inf, 1e308, -1.0, 1e6 * 1.0001]
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, write_tiny_dataset
+from tests.conftest import REPO, write_tiny_dataset
 
 BIN = Path(sys.executable).parent
 

@@ -26,7 +26,7 @@ DEV_QA = [
 
 def _distinct_dev(root: Path) -> None:
     """Rewrite ``dev.json``/``dev.qa.tsv`` of a tiny dataset with DEV_QA (dev ∩ test = ∅)."""
-    from conftest import TINY_PASSAGES
+    from tests.conftest import TINY_PASSAGES
 
     by_id = {pid: (text, title) for pid, text, title in TINY_PASSAGES}
     dev = [{"question": q, "answers": a, "positive_ctxs": [{"passage_id": pid, "title": by_id[pid][1],
@@ -132,7 +132,7 @@ def test_pipeline_missing_dataset_is_one_line_error(tmp_path, tiny_model_dir):
 
 def _qrels_dataset(root: Path) -> Path:
     """The tiny corpus as BEIR-style qrels data: queries.jsonl + qrels/{train,dev,test}.tsv, no answers."""
-    from conftest import TINY_QA, write_tiny_dataset
+    from tests.conftest import TINY_QA, write_tiny_dataset
 
     write_tiny_dataset(root)
     for name in ("test.qa.tsv", "dev.qa.tsv"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
-from test_pipeline import _pipeline, _qrels_dataset
+from tests.system.test_pipeline import _pipeline, _qrels_dataset
 
 RERANKED = ("bm25+rerank", "dense+rerank", "hybrid+rerank")
 TEACHER_STAGES = {"teacher_train", "teacher_scores", "rerank_hybrid_dev", "rerank_dev", "rerank_bm25",

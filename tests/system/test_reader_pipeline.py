@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from test_pipeline import _pipeline
+from tests.system.test_pipeline import _pipeline
 
 
 def _with_reader(tiny_model_dir, *extra: str) -> list[str]:
@@ -38,7 +38,7 @@ def test_pipeline_with_reader_reports_bound_and_reader_side_by_side(tiny_data_di
 
 
 def test_with_a_teacher_the_reader_also_reads_the_reranked_lists(tiny_data_dir, tiny_model_dir, tmp_path):
-    from test_pipeline_teacher import RERANKED, _teacher
+    from tests.system.test_pipeline_teacher import RERANKED, _teacher
 
     out = tmp_path / "run"
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out,

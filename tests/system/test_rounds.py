@@ -6,7 +6,7 @@ import json
 
 from dpr.eval.has_answer import has_answer
 
-from test_pipeline import _pipeline
+from tests.system.test_pipeline import _pipeline
 
 
 def test_two_rounds_remine_from_the_trained_model(tiny_data_dir, tiny_model_dir, tmp_path):

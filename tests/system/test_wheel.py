@@ -16,7 +16,7 @@ import pytest
 from dpr.data.beir import write_beir_corpus, write_qrels, write_queries
 from dpr.data.results import write_results
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _sh(cmd: list, cwd: Path, env: dict, timeout: int = 120) -> subprocess.CompletedProcess:

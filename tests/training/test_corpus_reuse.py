@@ -17,7 +17,7 @@ from dpr.training.corpus_reuse import check_start_vectors
 from dpr.training.metrics_log import read_jsonl
 from dpr.training.trainer import train
 from dpr.training.validation import load_corpus
-from test_trainer import tiny_cfg
+from tests.training.test_trainer import tiny_cfg
 
 
 # tiny models on a shared 2-core box: one intra-op thread (conftest.one_thread)

@@ -12,7 +12,7 @@ from dpr.data.formats.scores import FILE_NAME
 from dpr.data.retriever_json import read_retriever_json, write_retriever_json
 from dpr.training.imported_scores import import_teacher_scores
 from dpr.training.teacher_scores import SCORES_FILE, read_manifest, read_teacher_scores
-from test_formats_import import do_import, flag_rows, make_source
+from tests.data.test_formats_import import do_import, flag_rows, make_source
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -75,8 +75,8 @@ def test_distillation_trains_on_an_imported_flagembedding_set(tmp_path, tiny_mod
     from dpr.training.trainer import train
 
     ds = _flag(tmp_path)
-    data = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "conf" / "data" / "import.yaml"))
-    loss = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[1] / "conf" / "loss" / "kl_distill.yaml"))
+    data = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[2] / "conf" / "data" / "import.yaml"))
+    loss = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[2] / "conf" / "loss" / "kl_distill.yaml"))
     summary = train({
         "model": {"name": str(tiny_model_dir), "pooling": "mean", "question_max_length": 32, "passage_max_length": 64},
         "data": {**data, "name": "flag"}, "logger": {"type": "none"}, "loss": loss,

@@ -111,8 +111,10 @@ def test_cli_refuses_inf_lr_and_reports_divergence_in_one_line(tiny_model_dir, t
     (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
     env = dict(os.environ, WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
     env.pop("RANK", None)
-    # the poisoned loss below is this module's: importable by the command
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(Path(__file__).parent)]))
+    # the poisoned loss below is this module's (``tests.training.test_nonfinite``): importable by the command
+    # from the root that holds this ``tests`` package, ahead of any other checkout's on PYTHONPATH
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
 
     def run(out: Path, *extra: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(BIN / "dpr-train"), "--config-dir", str(conf), "data=tiny",

@@ -24,7 +24,7 @@ from dpr.training import checkpoint as ckpt
 from dpr.training.metrics_log import read_jsonl
 from dpr.training.trainer import train
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def kill_after_first_checkpoint(cfg: dict, out: Path, timeout: float = 300.0) -> int:

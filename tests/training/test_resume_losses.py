@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_tiny_teacher_scores
+from tests.conftest import write_tiny_teacher_scores
 from safetensors.torch import load_file
 
 from dpr.training.metrics_log import read_jsonl

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import add_tiny_hard_negatives, overlap_scorer, write_tiny_teacher_scores
+from tests.conftest import add_tiny_hard_negatives, overlap_scorer, write_tiny_teacher_scores
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -16,7 +16,7 @@ from dpr.training.data import NegativePool, TrainBatches, global_batches, make_i
 from dpr.training.metrics_log import read_jsonl
 from dpr.training.trainer import TrainConfig, resolve_precision, train
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # tiny models on a shared 2-core box: one intra-op thread (conftest.one_thread)
