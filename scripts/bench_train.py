@@ -64,8 +64,8 @@ def dataset(data_dir: Path, name: str) -> tuple[Path, str]:
     train = data_dir / name / "train.json"
     if train.is_file():
         return train, f"{name} ({train})"
-    sys.path.insert(0, str(REPO / "tests"))
-    from conftest import write_tiny_dataset  # the tests' tiny set
+    sys.path.insert(0, str(REPO))  # tests/ is a package: under pytest this is the conftest it already loaded
+    from tests.conftest import write_tiny_dataset  # the tests' tiny set
 
     root = write_tiny_dataset(Path(tempfile.mkdtemp(prefix="bench_train_")) / "tiny")
     return root / "train.json", f"tiny set ({name} not prepared under {data_dir})"

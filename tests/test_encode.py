@@ -13,7 +13,7 @@ from dpr.encode import assigned_shards, encode_corpus
 from dpr.errors import DataError
 from dpr.index.shards import ShardFiles, list_shards, shard_range, shards_for_rank
 
-from conftest import TINY_PASSAGES
+from tests.conftest import TINY_PASSAGES
 
 
 @pytest.mark.parametrize("total", [0, 1, 5, 8, 100, 1001])

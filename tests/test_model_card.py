@@ -10,7 +10,7 @@ import pytest
 from dpr.data.results import write_results
 from dpr.model_card import read_card_metadata, write_model_card
 
-from conftest import TINY_QA, write_tiny_dataset
+from tests.conftest import TINY_QA, write_tiny_dataset
 
 
 def _results(hit_rank: dict[int, int | None]) -> list[dict]:

@@ -14,7 +14,7 @@ A loss is called as ``loss(q, p, masks, similarity, gather=True) -> LossOutput``
 Loss scaling under DDP (W ranks): each rank's loss is the mean over its *local* questions against the
 *global* pool; :func:`dpr.distributed.all_gather_with_grad`'s backward sums each slice's gradient over
 ranks, and DDP averages parameter gradients, so the objective equals one process holding the global
-batch (tests/test_distributed.py checks it). Questions need no gather: no rank scores another's.
+batch (tests/system/test_distributed.py checks it). Questions need no gather: no rank scores another's.
 """
 
 from __future__ import annotations

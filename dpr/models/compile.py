@@ -8,7 +8,7 @@ length-sorted batches change shape every batch), not one per shape.
 
 Only the transformer (``model.passage_encoder`` / ``question_encoder``) is compiled, in place
 (``nn.Module.compile``: same module, same state dict); pooling, projection and normalisation stay eager. The
-vectors equal eager's up to float rounding (other kernels' summation order; tests/test_compile.py: cosine
+vectors equal eager's up to float rounding (other kernels' summation order; tests/models/test_compile.py: cosine
 >= 0.9999 on a tiny BERT), so the shard manifest records the setting and one index never mixes compiled and
 eager shards (`dpr.encode`).
 

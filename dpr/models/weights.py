@@ -10,7 +10,7 @@ pooling's normalisation included -- computes in bf16; the vectors are returned i
 ``auto`` is ``fp32`` (today's path: fp32 weights, ``autocast`` as resolved) on every device. Like
 ``quantize`` (`dpr.models.quantize`), ``auto`` would pick the lever only where it keeps the quality bar
 (cosine >= 0.99 against the autocast vectors on every vector and an unchanged top-k ranking) on a real
-model; tests/test_bf16_weights.py checks that bar on a tiny random BERT only, so ``bf16`` is opt-in by
+model; tests/models/test_bf16_weights.py checks that bar on a tiny random BERT only, so ``bf16`` is opt-in by
 name until it is measured on MiniLM (``scripts/bench_encode.py``'s ``ours-bf16-weights`` row).
 """
 

@@ -143,7 +143,7 @@ class TrainConfig:
         return "ndcg@10" if kind == "qrels" and self.val_corpus_topk else "avg_rank"
 
 
-# The allowed range of every numeric key (tests/test_train_config.py checks none is missing). Zero is
+# The allowed range of every numeric key (tests/training/test_train_config.py checks none is missing). Zero is
 # either refused or means what the note says; every real must be finite.
 TRAIN_RANGES: dict[str, Range] = {
     "batch_size": Int(1),
