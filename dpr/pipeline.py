@@ -29,7 +29,7 @@ from dpr.negatives.dense import remine_dataset
 from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
 from dpr.retrieval.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.stages import StageRunner
-from dpr.training.trainer import train
+from dpr.training.train import train
 from dpr.trainkit.config_dict import plain
 
 log = logging.getLogger(__name__)

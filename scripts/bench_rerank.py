@@ -94,7 +94,7 @@ def load_pairs(args, doc) -> tuple[list[str], list[str], str]:
         pairs = [(r["question"], c) for r in recs for c in list(r["ctxs"])[:args.k]]
     else:
         if dev.is_file():
-            from dpr.training.data import load_examples
+            from dpr.training.batching import load_examples
 
             examples, source = load_examples(dev), f"{dev} (positive + hard negatives per question)"
         else:

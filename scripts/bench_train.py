@@ -6,12 +6,12 @@ H BM25 hard negatives when prepared, else the tests' tiny set), with the same lo
 cosine similarity x 20 against in-batch + hard negatives), the same AdamW, clipping and sequence
 limits. Steps alternate (ours, theirs, ours, ...) so load drift on a shared machine hits every row alike.
 
-- ``ours``: exactly ``dpr-train``'s default two-tower step (`dpr.training.loop.Trainer.fit`): the batch
+- ``ours``: exactly ``dpr-train``'s default two-tower step (`dpr.training.trainer.Trainer.fit`): the batch
   collated by ``TrainBatches``, each tower encoded in length-sorted buckets of ``train.length_bucket_size``
   rows (`dpr.models.length_buckets`), ``optimizer_step`` with ``train.optimizer_impl``'s AdamW (auto =
   foreach), the divergence check; precision ``train.precision`` (auto: bf16 autocast on CPUs with native
   bf16); glibc malloc tuned as ``dpr-train`` tunes it (`dpr.perf.malloc.keep_freed_memory`, called at the
-  start of ``dpr.training.trainer.train``; here at the start of this process, which runs only our rows).
+  start of ``dpr.training.train.train``; here at the start of this process, which runs only our rows).
   The defaults are read from ``TrainConfig``, so the row follows them if they change. Two choices keep the
   objective the peer's instead of dpr-train's defaults: one shared tower, as the peer trains one model
   (``--separate-towers``: the minilm preset's two towers, the same FLOPs per step plus a second tower's
@@ -90,7 +90,7 @@ def ours_step(model_name: str, model_kw: dict, batches, precision: str, *, steps
     from dpr.losses import SoftmaxNLLLoss
     from dpr.models import load_biencoder
     from dpr.training.grad_cache import make_step
-    from dpr.training.loop import check_step_finite
+    from dpr.training.trainer import check_step_finite
     from dpr.training.steps import bind_loss, optimizer_step
     from dpr.trainkit.optim import build_optimizer, linear_schedule
     from dpr.trainkit.precision import autocast_factory
@@ -103,7 +103,7 @@ def ours_step(model_name: str, model_kw: dict, batches, precision: str, *, steps
     sched = linear_schedule(opt, 0, steps)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     autocast, loss, outputs = autocast_factory(device, precision), SoftmaxNLLLoss(), []
-    step_fn = make_step(0, bucket_size)  # what dpr.training.trainer builds from train.length_bucket_size
+    step_fn = make_step(0, bucket_size)  # what dpr.training.train builds from train.length_bucket_size
     done = [0]
 
     def step(epoch: int, b: int) -> tuple[float, list[tuple[int, int]]]:
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.models import load_biencoder
     from dpr.perf import cpu_supports_bf16, matmul_peak_gflops, mfu, total_flops
     from dpr.perf.report import bench_report, format_table, row
-    from dpr.training.data import TrainBatches, load_examples
+    from dpr.training.batching import TrainBatches, load_examples
     from dpr.trainkit.optim import resolve_optimizer_impl
     from dpr.trainkit.precision import resolve_precision
 

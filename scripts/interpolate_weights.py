@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from dpr.data.dataset import DatasetPaths
-    from dpr.training.data import load_examples
+    from dpr.training.batching import load_examples
     from dpr.models.io import build_biencoder, load_biencoder, read_biencoder_config
     from dpr.run_dir import finished_config
     from dpr.training.validation import load_corpus, validate

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.models import encode_texts, load_biencoder
     from dpr.models.onnx_runtime import resolve_runtime
     from dpr.perf.cpu import cpu_flags, cpu_has_avx512, cpu_has_native_bf16, cpu_supports_bf16
-    from dpr.training.data import TrainBatches, load_examples
+    from dpr.training.batching import TrainBatches, load_examples
     from dpr.trainkit.optim import resolve_optimizer_impl
 
     if args.threads > 0:

@@ -1,4 +1,4 @@
-"""``dpr-train``: Hydra entry point over :func:`dpr.training.trainer.train`.
+"""``dpr-train``: Hydra entry point over :func:`dpr.training.train.train`.
 
 Single run: everything lands in ``output_dir`` (``hydra.run.dir``). Multirun (``-m``): each job writes
 to ``<output_dir>/<overrides>/`` and :class:`SweepSummaryCallback` writes ``sweep_summary.{md,json,csv}``
@@ -122,7 +122,7 @@ def _checked_start(cfg: DictConfig, out: str) -> None:
     check_steps(cfg)
     BiEncoderConfig.from_dict(plain(cfg.model))  # the model keys' ranges
     paths = DatasetPaths.of(cfg.data_dir, cfg.data.name)
-    train_file = Path(cfg.get("train_file") or paths.train)  # as dpr.training.trainer resolves it
+    train_file = Path(cfg.get("train_file") or paths.train)  # as dpr.training.train resolves it
     if not train_file.is_file():
         raise FileNotFoundError(f"{train_file}: no training data (prepare it with dpr-data data={cfg.data.name})")
     conf = plain(cfg)
@@ -134,7 +134,7 @@ def _checked_start(cfg: DictConfig, out: str) -> None:
 
 
 def _train(cfg: DictConfig, hc, out: str) -> None:
-    from dpr.training.trainer import train
+    from dpr.training.train import train
 
     cfg.output_dir = out
     _warn_about_the_data(cfg)

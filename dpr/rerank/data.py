@@ -2,10 +2,10 @@
 
 The filters are the bi-encoder trainer's, imported rather than rewritten:
 
-- examples without a positive are skipped (`dpr.training.data.load_examples`);
+- examples without a positive are skipped (`dpr.training.batching.load_examples`);
 - negatives are ``hard_negative_ctxs`` (BM25-mined) then ``negative_ctxs``, shuffled and cut to N per
   (seed, epoch, example), topped up from all training passages when a question has too few
-  (`dpr.training.data.make_item` / `NegativePool`); the positive is drawn per (seed, epoch, example)
+  (`dpr.training.batching.make_item` / `NegativePool`); the positive is drawn per (seed, epoch, example)
   among ``positive_ctxs`` (so on qrels data every judged document with a text takes its turn);
 - a passage judged relevant (``positive_ctxs`` and, on qrels data, every ``qrels`` grade >= 1:
   `dpr.data.retriever_json.relevant_ids`) or containing one of the answers (DPR's has_answer rule, on the
@@ -28,7 +28,7 @@ import torch
 from dpr.data.retriever_json import relevant_ids
 from dpr.negatives.filters import false_negative
 from dpr.rerank.model import document_text, tokenize_pairs
-from dpr.training.data import NegativePool, epoch_permutation, load_examples, make_item
+from dpr.training.batching import NegativePool, epoch_permutation, load_examples, make_item
 from dpr.training.masks import pair_masks
 
 

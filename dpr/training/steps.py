@@ -22,7 +22,7 @@ from torch import nn
 
 from dpr.losses import LossOutput
 from dpr.training.corpus_negatives import CorpusNegatives
-from dpr.training.data import Batch
+from dpr.training.batching import Batch
 from dpr.training.grad_cache import Inputs
 from dpr.trainkit.optim import apply_update
 from dpr.trainkit.precision import AutocastCtx, autocast_scope

@@ -30,7 +30,7 @@ from typing import Sequence
 
 import torch
 
-# greater_is_better: also what dpr.training.loop imports from here
+# greater_is_better: also what dpr.training.trainer imports from here
 from dpr.training.dev_metrics import DevMetric, DevRankings, dev_metrics, evaluate, greater_is_better
 
 log = logging.getLogger(__name__)

@@ -391,7 +391,7 @@ def test_an_imported_set_trains_as_qrels_data(tmp_path, tiny_model_dir, one_thre
     """What ``dpr-train data=import data.name=<name>`` does: qrels data (every positive judged, dev nDCG@10)."""
     from omegaconf import OmegaConf
 
-    from dpr.training.trainer import train
+    from dpr.training.train import train
 
     do_import("tevatron", make_source(tmp_path, "tevatron"), tmp_path / "prep", "tev", dev_fraction=0.2)
     data = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[2] / "conf" / "data" / "import.yaml"))

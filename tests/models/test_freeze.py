@@ -7,7 +7,7 @@ import torch
 
 from dpr.models import load_biencoder
 from dpr.models.freeze import freeze_bottom_layers, transformer_layers
-from dpr.training.trainer import train
+from dpr.training.train import train
 from tests.training.test_trainer import tiny_cfg
 
 

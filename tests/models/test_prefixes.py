@@ -64,7 +64,7 @@ def test_encoding_applies_the_models_prefixes(tiny_model_dir):
 
 def test_training_batches_carry_the_prefixes(tiny_model_dir, tiny_data_dir):
     from dpr.models import load_biencoder
-    from dpr.training.data import TrainBatches, load_examples
+    from dpr.training.batching import TrainBatches, load_examples
 
     _, tok = load_biencoder(str(tiny_model_dir))
     examples = load_examples(tiny_data_dir / "tiny" / "train.json")
@@ -83,7 +83,7 @@ def test_training_batches_carry_the_prefixes(tiny_model_dir, tiny_data_dir):
 
 def test_a_trained_run_keeps_its_prefixes(tiny_model_dir, tiny_data_dir, tmp_path):
     from dpr.models import load_biencoder
-    from dpr.training.trainer import train
+    from dpr.training.train import train
 
     cfg = {"model": {"name": str(tiny_model_dir), "pooling": "mean", "question_max_length": 32,
                      "passage_max_length": 64, "question_prefix": "query: ", "passage_prefix": "passage: "},

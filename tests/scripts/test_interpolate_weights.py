@@ -34,7 +34,7 @@ def test_interpolate_is_a_weighted_mean_and_writes_nothing_back():
 def test_the_ends_score_the_trained_and_the_start_model(tiny_model_dir, tiny_data_dir, tmp_path):
     from dpr.models.io import build_biencoder, save_biencoder
     from dpr.models.biencoder import BiEncoderConfig
-    from dpr.training.data import load_examples
+    from dpr.training.batching import load_examples
     from dpr.training.validation import load_corpus, validate
 
     cfg = BiEncoderConfig(name=str(tiny_model_dir), similarity="cosine", temperature=0.05, passage_max_length=64)

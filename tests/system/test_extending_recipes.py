@@ -146,7 +146,7 @@ def test_recipe_new_dataset_recipe_prepares_and_trains(tiny_model_dir, tmp_path,
     from dpr.data.passages import iter_passages
     from dpr.data.qa import read_qa_tsv
     from dpr.data.retriever_json import read_retriever_json
-    from dpr.training.trainer import train
+    from dpr.training.train import train
 
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "faq.py").write_text(doc_block("A new dataset recipe", "python", 0))

@@ -14,7 +14,7 @@ from dpr.models import encode_texts, load_biencoder
 from dpr.perf import cpu_supports_bf16
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.corpus_reuse import check_start_vectors
-from dpr.training.trainer import train
+from dpr.training.train import train
 from dpr.training.validation import load_corpus
 from dpr.trainkit.metrics_log import read_jsonl
 from tests.training.test_trainer import tiny_cfg

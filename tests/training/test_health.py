@@ -8,7 +8,7 @@ import pytest
 
 from dpr.training import health
 from dpr.training.health import HealthWatch
-from dpr.training.trainer import train
+from dpr.training.train import train
 from tests.training.test_trainer import tiny_cfg
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -72,7 +72,7 @@ def test_distillation_trains_on_an_imported_flagembedding_set(tmp_path, tiny_mod
     """``dpr-train data=import data.name=<name> loss=kl_distill``: the imported scores are the teacher."""
     from omegaconf import OmegaConf
 
-    from dpr.training.trainer import train
+    from dpr.training.train import train
 
     ds = _flag(tmp_path)
     data = OmegaConf.to_container(OmegaConf.load(Path(__file__).parents[2] / "conf" / "data" / "import.yaml"))

@@ -7,7 +7,7 @@ import torch
 from dpr.eval.has_answer import has_answer
 from dpr.losses import PairMasks, SoftmaxNLLLoss
 from dpr.training.corpus_negatives import CorpusNegatives
-from dpr.training.data import TrainItem
+from dpr.training.batching import TrainItem
 from dpr.training.masks import CorpusAnswers, pair_masks
 from dpr.training.steps import bind_loss
 
@@ -50,7 +50,7 @@ def test_other_positives_are_positives_or_ignored_whoever_brought_them():
 
 
 def test_judged_documents_past_the_positives_cap_are_never_negatives():
-    from dpr.training.data import make_item
+    from dpr.training.batching import make_item
 
     # qrels data: positive_ctxs holds d1 only (capped); qrels also judges d2 relevant, d3 not (grade 0)
     ex = {"question": "q", "answers": [], "positive_ctxs": [ctx("d1", "one")], "negative_ctxs": [],
@@ -73,7 +73,7 @@ def test_corpus_answers_equals_has_answer_everywhere():
 
 
 def _batch(items, per_q):
-    from dpr.training.data import Batch
+    from dpr.training.batching import Batch
 
     ctxs = [c for it in items for c in it.passages]
     m = pair_masks([it.as_question() for it in items], [c["passage_id"] for c in ctxs], [c["text"] for c in ctxs],

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dpr.training.loop import TrainingDiverged, check_step_finite, nonfinite_parameters
-from dpr.training.trainer import train
+from dpr.training.trainer import TrainingDiverged, check_step_finite, nonfinite_parameters
+from dpr.training.train import train
 from dpr.training.validation import Validator, average_rank, corpus_topk_accuracy
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dpr.training.trainer import train
+from dpr.training.train import train
 from dpr.trainkit import checkpoint as ckpt
 from dpr.trainkit.metrics_log import read_jsonl
 from dpr.trainkit.seed import rng_state, set_rng_state
@@ -34,7 +34,7 @@ def kill_after_first_checkpoint(cfg: dict, out: Path, timeout: float = 300.0) ->
     code = textwrap.dedent(f"""
         import json, sys, torch
         torch.set_num_threads(1)
-        from dpr.training.trainer import train
+        from dpr.training.train import train
         train(json.loads(sys.argv[1]))
         """)
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}

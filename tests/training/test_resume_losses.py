@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from dpr.trainkit.metrics_log import read_jsonl
 
-RUNNER = "import json, sys; from dpr.training.trainer import train; train(json.load(open(sys.argv[1])))"
+RUNNER = "import json, sys; from dpr.training.train import train; train(json.load(open(sys.argv[1])))"
 
 
 LOSSES = {"hinge": {"_target_": "dpr.losses.HingeLoss", "margin": 0.5},

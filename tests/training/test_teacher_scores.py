@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dpr.errors import DataError
 from dpr.training.config import TrainConfig
-from dpr.training.data import TrainBatches
+from dpr.training.batching import TrainBatches
 from dpr.training.denoise import counts_path, denoise_examples, write_denoise_counts
 from dpr.training.teacher import ScoreFileTeacher, prepare_teacher
 from dpr.training.teacher_scores import (SCORES_FILE, ScoreRecord, TeacherScores, candidates_of, iter_records,
@@ -311,7 +311,7 @@ def test_a_loss_that_needs_scores_without_a_file_is_one_clear_error(tiny):
 
 def test_tiny_kl_distill_training_with_a_scores_file_learns(tiny_model_dir, tiny_data_dir, tmp_path):
     from dpr.trainkit.metrics_log import read_jsonl
-    from dpr.training.trainer import train
+    from dpr.training.train import train
 
     write_tiny_teacher_scores(tiny_data_dir / "tiny")
     out = tmp_path / "run"

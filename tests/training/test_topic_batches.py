@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpr.training.config import TrainConfig
-from dpr.training.data import TrainBatches, global_batches, positive_topic
+from dpr.training.batching import TrainBatches, global_batches, positive_topic
 
 
 def _ex(i: int, pos: str, title: str) -> dict:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpr.training.data import NegativePool, TrainBatches, global_batches, make_item, rank_slice
-from dpr.training.trainer import TrainConfig, train
+from dpr.training.batching import NegativePool, TrainBatches, global_batches, make_item, rank_slice
+from dpr.training.train import TrainConfig, train
 from dpr.trainkit.metrics_log import read_jsonl
 from dpr.trainkit.precision import resolve_precision
 
@@ -144,7 +144,7 @@ def test_loss_decreases_and_best_weights_are_saved(tiny_model_dir, tiny_data_dir
     assert summary["final_metrics"]["val_avg_rank"] == best["avg_rank"]
     # the saved model is the best one: re-validate it and get the best numbers back
     from dpr.models import load_biencoder
-    from dpr.training.data import load_examples
+    from dpr.training.batching import load_examples
     from dpr.training.validation import average_rank
 
     model, tok = load_biencoder(out)
@@ -248,7 +248,7 @@ def test_cli_bad_input_is_one_line_exit_2(tiny_model_dir, tiny_data_dir, tmp_pat
 
 def test_validation_reuses_corpus_vectors_without_changing_numbers(tiny_model_dir, tiny_data_dir):
     from dpr.models import load_biencoder
-    from dpr.training.data import load_examples
+    from dpr.training.batching import load_examples
     from dpr.training.validation import average_rank, corpus_topk_accuracy, load_corpus, validate
 
     torch.manual_seed(0)

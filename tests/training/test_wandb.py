@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dpr.trainkit.metrics_log import MetricsLogger, read_jsonl
-from dpr.training.trainer import train
+from dpr.training.train import train
 
 
 # tiny models on a shared 2-core box: one intra-op thread (conftest.one_thread)

@@ -72,7 +72,7 @@ def test_every_trainer_and_encoder_resolves_precision_with_the_one_rule():
     import dpr.reader.infer as reader_infer
     import dpr.reader.model as reader_model
     import dpr.rerank.score as rerank_score
-    import dpr.training.trainer as trainer
+    import dpr.training.train as trainer
 
     assert inference.autocast_context is autocast_context and reader_infer.autocast_context is autocast_context
     assert weights.autocast_dtype is autocast_dtype and onnx_runtime.autocast_dtype is autocast_dtype

@@ -1,0 +1,255 @@
+"""``train(cfg) -> summary``: builds the pieces a :class:`~dpr.training.trainer.Trainer` is handed, runs it,
+and saves the best weights -- a plain function over a config mapping (Hydra lives in dpr.cli).
+
+``cfg`` has ``model`` (BiEncoderConfig keys), ``data`` (``name``, ``kind``), ``train``
+(:class:`~dpr.training.config.TrainConfig`), ``loss`` (``_target_`` + the loss's keys, see conf/loss/;
+default: DPR's softmax NLL), ``logger`` (``type: none|wandb``), ``data_dir``, ``output_dir`` and ``seed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from omegaconf import DictConfig
+
+from dpr import distributed as dist
+from dpr.atomic import write_json_atomic
+from dpr.data.dataset import DatasetPaths
+from dpr.losses import build_loss
+from dpr.model_card import write_model_card
+from dpr.models import load_biencoder, save_biencoder
+from dpr.models.freeze import freeze_bottom_layers
+from dpr.perf.malloc import keep_freed_memory
+from dpr.run_dir import data_fingerprints
+from dpr.training.config import TrainConfig
+from dpr.training.corpus_negatives import CorpusNegatives
+from dpr.training.corpus_reuse import CorpusVectors, OnSaved, check_start_vectors
+from dpr.training.batching import TrainBatches, load_examples
+from dpr.training.grad_cache import make_step
+from dpr.training.trainer import Trainer, TrainState
+from dpr.training.resume import find_resume, run_fingerprint
+from dpr.training.teacher import prepare_teacher
+from dpr.training.validation import Validator, load_corpus
+from dpr.trainkit import checkpoint as ckpt
+from dpr.trainkit.config_dict import plain
+from dpr.trainkit.metrics_log import MetricsLogger
+from dpr.trainkit.optim import build_optimizer, phased_schedule
+from dpr.trainkit.precision import autocast_factory, resolve_precision
+from dpr.trainkit.seed import seed_everything, use_deterministic_algorithms
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TrainConfig", "train"]
+
+
+def _total_steps(batches: TrainBatches, tc: TrainConfig) -> int:
+    if tc.max_steps > 0:
+        return int(tc.max_steps) + int(tc.frozen_steps)
+    return sum(batches.num_batches(e) // tc.grad_accumulation_steps for e in range(tc.epochs)) + int(tc.frozen_steps)
+
+
+def train(cfg: Mapping[str, Any] | DictConfig, extra_summary: Mapping[str, Any] | None = None, *,
+          start_vectors: CorpusVectors | None = None, on_saved: OnSaved | None = None) -> dict:
+    """Train a bi-encoder; returns (and writes to ``<output_dir>/train_summary.json``) the run summary.
+
+    ``start_vectors``: ``(ids, vectors)``, or an embeddings directory, of the corpus encoded by the starting
+    weights, used instead of encoding it at step 0 (read only then, and checked; see
+    :mod:`dpr.training.corpus_reuse`); ``on_saved(model_dir, ids,
+    vectors, computed_with=...)`` receives the corpus vectors of the saved weights when this run encoded them.
+    """
+    conf = plain(cfg)
+    tc = TrainConfig.from_dict(conf.get("train") or {})
+    keep_freed_memory()  # no page-fault storm per step on the CPU (dpr/perf/malloc.py)
+    threads = torch.get_num_threads()
+    if tc.cpu_threads > 0:
+        torch.set_num_threads(tc.cpu_threads)
+    try:
+        return _train(conf, tc, extra_summary, start_vectors, on_saved)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
+           start_vectors: CorpusVectors | None, on_saved: OnSaved | None) -> dict:
+    wall_start = time.time()
+    dist.init_distributed()
+    rank, world, main = dist.rank(), dist.world_size(), dist.is_main()
+    device = dist.device()
+    # Every rank uses rank 0's output dir (under torchrun each rank resolves its own Hydra config).
+    out = Path(dist.all_gather_object(str(conf["output_dir"]))[0])
+    seed = int(conf.get("seed", 42))
+    if tc.deterministic:
+        use_deterministic_algorithms()
+    seed_everything(seed)  # before building: a projection layer is initialised from the global RNG
+
+    paths = DatasetPaths(Path(conf["data_dir"]) / conf["data"]["name"])
+    train_file = Path(conf.get("train_file") or paths.train)  # re-mining rounds train on their own file
+    if not train_file.is_file():
+        raise FileNotFoundError(f"{train_file}: no training data (prepare it with dpr-data data={conf['data']['name']})")
+    train_examples = load_examples(train_file)
+    dev_examples = load_examples(paths.dev) if tc.validate and paths.dev.is_file() else []
+    if tc.validate and not dev_examples:
+        log.warning("%s: no dev examples: no validation, the final weights are the last step's", paths.dev)
+    kind = conf["data"].get("kind") or paths.kind
+    # what the "auto" settings become for this data (also in the summary and the model card)
+    resolved = {"multi_positive": tc.multi_positive_for(kind), "best_metric": tc.best_metric_for(kind)}
+
+    model_cfg = dict(conf["model"])
+    model, tokenizer = load_biencoder(model_cfg.pop("name"), **model_cfg)
+    model.to(device).train()
+    mcfg = model.config
+    if tc.passage_frozen_layers:
+        if mcfg.shared:
+            raise ValueError("train.passage_frozen_layers needs separate towers (model.shared=false): "
+                             "in a shared tower it would freeze the question side too")
+        frozen = freeze_bottom_layers(model.passage_encoder, tc.passage_frozen_layers)
+        log.info("passage tower: embeddings and the first %d layers frozen (%d parameters)",
+                 tc.passage_frozen_layers, frozen)
+    precision = resolve_precision(tc.precision, device, training=True)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    loss = build_loss(conf.get("loss"))
+    # the loss's teacher (BM25 or a scores file) and, with train.teacher_denoise, the denoised examples
+    run_teacher = prepare_teacher(loss, tc, paths.root, paths.passages, train_file, train_examples, write_counts=main)
+    teacher, train_examples = run_teacher.teacher, run_teacher.examples
+
+    batches = TrainBatches(
+        train_examples, tokenizer, batch_size=tc.batch_size, hard_negatives=tc.hard_negatives,
+        question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
+        seed=seed, rank=rank, world_size=world, shuffle=tc.shuffle, shuffle_positives=tc.shuffle_positives,
+        shuffle_hard_negatives=tc.shuffle_hard_negatives, dedup_positives=tc.dedup_positives,
+        topic_batches=tc.topic_batches, multi_positive=resolved["multi_positive"],
+        mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
+        question_prefix=mcfg.question_prefix, passage_prefix=mcfg.passage_prefix,
+    )
+    accum = tc.grad_accumulation_steps
+    total = _total_steps(batches, tc)
+    if batches.num_batches(0) < accum:
+        raise ValueError(
+            f"{train_file}: {len(train_examples)} examples make {batches.num_batches(0)} global batches of "
+            f"{tc.batch_size * world}, fewer than grad_accumulation_steps={accum}: lower train.batch_size"
+            + (" (or set train.dedup_positives=false: many questions share a positive)" if tc.dedup_positives else "")
+        )
+    optimizer = build_optimizer(model, tc.lr, tc.weight_decay, tuple(tc.adam_betas), tc.adam_eps, tc.optimizer_impl)
+    # one warm-up/decay per phase: the frozen-index steps, then the two-tower steps
+    scheduler = phased_schedule(optimizer, [tc.frozen_steps, total - tc.frozen_steps], tc.warmup_steps, tc.warmup_ratio)
+
+    needs_corpus = tc.frozen_steps > 0 or tc.corpus_negatives
+    corpus_texts = None
+    if (dev_examples and tc.val_corpus_topk) or needs_corpus:
+        limit = 0 if needs_corpus else tc.val_corpus_max_passages
+        corpus_texts = load_corpus(paths.passages, limit) if paths.passages.is_file() else None
+        if needs_corpus and corpus_texts is None:
+            raise FileNotFoundError(f"{paths.passages}: corpus negatives / frozen-index steps need the passages file")
+    corpus = CorpusNegatives(*corpus_texts, max_corpus=tc.corpus_max_passages, topk=tc.corpus_topk,
+                             multi_positive=resolved["multi_positive"], mask_answers=tc.mask_answers and kind == "qa",
+                             teacher=teacher) if needs_corpus else None
+    val_autocast = "off" if precision == "fp32" else precision
+    validator = None
+    if dev_examples:
+        validator = Validator(tokenizer, dev_examples, corpus=corpus_texts if tc.val_corpus_topk else None,
+                              use_answers=kind == "qa", cfg=dataclasses.asdict(tc),
+                              question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
+                              autocast=val_autocast, primary_metric=resolved["best_metric"])
+
+    fingerprint = run_fingerprint({**conf, "loss": conf.get("loss")},
+                                  {**dataclasses.asdict(tc), **run_teacher.fingerprint}, train_file, world)
+    resume_dir = find_resume(tc.resume, out, fingerprint)
+
+    train_model: torch.nn.Module = model
+    if dist.is_distributed():
+        from torch.nn.parallel import DistributedDataParallel
+
+        # frozen-index steps leave the passage tower unused (separate towers)
+        unused = tc.frozen_steps > 0 and not mcfg.shared
+        train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                              broadcast_buffers=False, find_unused_parameters=unused)
+    trainer = Trainer(
+        model=model, train_model=train_model, tokenizer=tokenizer, loss=loss,
+        step_fn=make_step(tc.grad_cache_chunk_size, tc.length_bucket_size),
+        batches=batches, validator=validator, optimizer=optimizer, scheduler=scheduler, scaler=scaler, tc=tc, out=out,
+        total_steps=total, device=device, autocast=autocast_factory(device, precision), corpus=corpus,
+        state=TrainState(fingerprint=fingerprint), encode_autocast=val_autocast,
+    )
+    if start_vectors is not None and corpus_texts is not None and resume_dir is None:
+        trainer.start_vectors = check_start_vectors(model, tokenizer, corpus_texts, start_vectors,
+                                                    max_length=mcfg.passage_max_length, autocast=val_autocast)
+    if resume_dir is not None:
+        trainer.restore(resume_dir)
+    else:
+        if main and (out / ckpt.CHECKPOINT_DIR).is_dir():
+            # a fresh run: an older run's checkpoints (or best weights) must never be resumed or restored
+            shutil.rmtree(out / ckpt.CHECKPOINT_DIR)
+        dist.barrier()
+        seed_everything(seed + rank)  # ranks draw different dropout masks
+    logger_cfg = dict(conf.get("logger") or {})
+    trainer.logger = MetricsLogger(out, enabled=main, run_config=conf, resume_step=trainer.state.step,
+                                   wandb_cfg=logger_cfg if logger_cfg.get("type") == "wandb" else None)
+    log.info(
+        "training %d steps (%d frozen-index): %d examples, global batch %d (%d per device x %d) x %d accumulation, "
+        "H=%d, loss %s, corpus negatives %s, precision %s", total, tc.frozen_steps, len(train_examples),
+        tc.batch_size * world, tc.batch_size, world, accum, tc.hard_negatives, type(loss).__name__,
+        tc.corpus_negatives, precision,
+    )
+    try:
+        state = trainer.fit()
+    except BaseException:
+        trainer.logger.close()  # flush what was logged (and finish a wandb run) before the error propagates
+        raise
+    # the run's data as dpr.run_dir compares it (another train_file= into this finished run is another run)
+    info = {"resumed_from": str(resume_dir) if resume_dir else None,
+            "data_fingerprints": data_fingerprints(train_file, paths.dev), **dict(extra_summary or {})}
+    summary = _finish(out, model, tokenizer, state, tc, conf, main, precision, world, wall_start, info,
+                      resolved=resolved)
+    if main and on_saved is not None and trainer.best_vectors is not None and summary["final_weights"] != "last":
+        on_saved(out, corpus_texts[0], trainer.best_vectors, computed_with={
+            "device": str(device), "autocast": val_autocast, "max_length": mcfg.passage_max_length})
+    trainer.logger.summary({"best_step": state.best_step, **summary["final_metrics"]})
+    trainer.logger.close()
+    dist.barrier()
+    return summary
+
+
+def _finish(out, model, tokenizer, state: TrainState, tc: TrainConfig, conf: dict, main: bool, precision: str,
+            world: int, wall_start: float, extra: Mapping[str, Any] | None, *, resolved: Mapping[str, Any]) -> dict:
+    """Save the best (or, without validation, the last) weights to ``out`` and write the summary."""
+    final_from = "last"
+    best = ckpt.read_best(out) if state.best_step is not None else None
+    if best is not None and best.get("step") == state.best_step:
+        if main:
+            ckpt.load_best(out, model, map_location=str(next(model.parameters()).device))
+        final_from = f"best (step {state.best_step}, {best['metric']}={best['value']:.4g})"
+    final_metrics = {k: v for k, v in state.last_train.items() if k in ("loss", "accuracy", "avg_rank")}
+    final_metrics.update({f"val_{k}": v for k, v in state.best_validation.items() if k != "epoch"})
+    examples = state.step * tc.batch_size * world * tc.grad_accumulation_steps
+    summary = {
+        "output_dir": str(out),
+        "steps": state.step,
+        "epoch": state.epoch,
+        "batch_in_epoch": state.batch_in_epoch,
+        "best_step": state.best_step,
+        "best_metric": {"name": state.best_metric or resolved["best_metric"], "value": state.best_value},
+        "resolved": dict(resolved),
+        "final_weights": final_from,
+        "final_metrics": final_metrics,
+        "initial_validation": state.initial_validation,
+        "last_validation": state.last_validation,
+        "precision": precision,
+        "world_size": world,
+        "train_seconds": round(state.train_seconds, 3),
+        "examples_per_s": examples / state.train_seconds if state.train_seconds else None,
+        "wall_time_s": round(time.time() - wall_start, 3),
+        "config": conf,
+        **dict(extra or {}),
+    }
+    if main:
+        save_biencoder(model, tokenizer, out)
+        write_json_atomic(out / "train_summary.json", summary)
+        write_model_card(out)  # README.md: what was trained how; the pipeline adds the evaluation later
+        log.info("saved %s weights to %s", final_from, out)
+    return summary
