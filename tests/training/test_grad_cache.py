@@ -13,17 +13,8 @@ from dpr.models.length_buckets import length_order, restore_order
 from dpr.training import grad_cache
 from dpr.training.grad_cache import grad_cache_step, make_step, split_inputs, standard_step
 
-QUESTIONS = ["capital of hawaii", "what makes atp in cells", "highest mountain on earth", "largest ocean"]
-PASSAGES = [  # pos_i, hn_i per question
-    "Honolulu is the capital of Hawaii.",
-    "Paris is the capital of France.",
-    "The mitochondria is the powerhouse of the cell, producing ATP.",
-    "Photosynthesis converts light energy.",
-    "Mount Everest is Earth's highest mountain above sea level.",
-    "Berlin",
-    "The Pacific Ocean is the largest and deepest of Earth's oceans, covering a third of the surface.",
-    "Water boils at 100 degrees.",
-]
+from tests.system.ddp_worker import PASSAGES, QUESTIONS  # the 2-process test's batch: pos_i, hn_i per question
+
 NAN = float("nan")
 TEACHER = [[5.0, 1.0, 2.0, 0.5, NAN, 3.0, NAN, 0.0],  # a teacher's scores of the pairs (NaN: not scored)
            [NAN, 2.0, 6.0, 1.0, 0.5, NAN, 4.0, NAN],
