@@ -1,4 +1,5 @@
-"""One optimisation step's forward/backward, plain or with a gradient cache (Gao et al., 2021).
+"""The gradient-cached forward/backward of a two-tower step (Gao et al., 2021); the plain step and the
+chooser between the two are in :mod:`dpr.training.steps`.
 
 The contrastive loss couples every question with every passage in the batch, so the batch can't
 simply be split into micro-batches. The gradient cache decouples the loss from the encoders:
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, ContextManager, Iterator, Mapping
+from typing import Callable, ContextManager, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -42,22 +43,6 @@ Inputs = Mapping[str, torch.Tensor]
 def _no_sync(model: nn.Module) -> ContextManager:
     fn = getattr(model, "no_sync", None)
     return fn() if callable(fn) else contextlib.nullcontext()
-
-
-def standard_step(
-    model: nn.Module, q_inputs: Inputs, p_inputs: Inputs, loss_fn: Callable[[torch.Tensor, torch.Tensor], LossOutput],
-    autocast_ctx: AutocastCtx = None, bucket_size: int = 0,
-) -> LossOutput:
-    """Encode the whole batch with graphs, compute the loss (in fp32) and backpropagate it.
-
-    ``bucket_size > 0``: each tower encodes its texts in length-sorted buckets of that many rows, inside
-    the one forward (:mod:`dpr.models.length_buckets`: the same vectors, far fewer padded tokens).
-    """
-    with autocast_scope(autocast_ctx):
-        q, p = model(q_inputs, p_inputs, bucket_size=bucket_size) if bucket_size > 0 else model(q_inputs, p_inputs)
-    out = loss_fn(q.float(), p.float())
-    out.loss.backward()
-    return dataclasses.replace(out, loss=out.loss.detach())
 
 
 def split_inputs(inputs: Inputs, chunk_size: int) -> list[dict[str, torch.Tensor]]:
@@ -111,7 +96,7 @@ def grad_cache_step(
     chunk_size: int,
     autocast_ctx: AutocastCtx = None,
 ) -> LossOutput:
-    """Same gradients as :func:`standard_step`, with activation memory of ``chunk_size`` texts.
+    """Same gradients as :func:`dpr.training.steps.standard_step`, with activation memory of ``chunk_size`` texts.
 
     ``model(q_inputs_or_None, p_inputs_or_None) -> (q, p)`` is a BiEncoder or a DDP wrapper of one.
     ``loss_fn(q, p)`` gets the full fp32 representations ``[B, D]`` and ``[N, D]``.
@@ -187,22 +172,3 @@ def _rows(inputs: Inputs, order: torch.Tensor | None) -> Inputs:
 def _unsort(reps: torch.Tensor, order: torch.Tensor | None) -> torch.Tensor:
     """``reps`` in chunk order -> the batch's order (differentiable, so the cache's gradients come back sorted)."""
     return reps if order is None else restore_order(reps, order)
-
-
-def make_step(chunk_size: int | None, bucket_size: int = 0) -> Callable[..., LossOutput]:
-    """``standard_step`` (length buckets of ``bucket_size`` rows) when ``chunk_size`` is falsy, else
-    ``grad_cache_step`` with that chunk size (its chunks already pad only to their own longest)."""
-    if not chunk_size:
-        if bucket_size <= 0:
-            return standard_step
-
-        def bucketed(model: nn.Module, q_inputs: Inputs, p_inputs: Inputs, loss_fn: Any,
-                     autocast_ctx: AutocastCtx = None):
-            return standard_step(model, q_inputs, p_inputs, loss_fn, autocast_ctx, bucket_size)
-
-        return bucketed
-
-    def step(model: nn.Module, q_inputs: Inputs, p_inputs: Inputs, loss_fn: Any, autocast_ctx: AutocastCtx = None):
-        return grad_cache_step(model, q_inputs, p_inputs, loss_fn, chunk_size, autocast_ctx)
-
-    return step

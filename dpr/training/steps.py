@@ -1,6 +1,6 @@
 """What one micro-batch's step scores: the loss bound to the batch's masks and negative sources.
 
-- a **two-tower step** (:func:`dpr.training.grad_cache.standard_step` or the gradient cache) encodes the
+- a **two-tower step** (:func:`standard_step` or the gradient cache, :func:`make_step` picks) encodes the
   batch's questions and passages; the pool is every rank's passages (gathered with gradients); with
   corpus negatives a second loss term scores the questions against the cached corpus (no gradients);
 - a **frozen-index step** (:func:`frozen_index_step`) encodes only the questions and scores them against
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -23,9 +23,44 @@ from torch import nn
 from dpr.losses import LossOutput
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.batching import Batch
-from dpr.training.grad_cache import Inputs
+from dpr.training.grad_cache import Inputs, grad_cache_step
 from dpr.trainkit.optim import apply_update
 from dpr.trainkit.precision import AutocastCtx, autocast_scope
+
+
+def standard_step(
+    model: nn.Module, q_inputs: Inputs, p_inputs: Inputs, loss_fn: Callable[[torch.Tensor, torch.Tensor], LossOutput],
+    autocast_ctx: AutocastCtx = None, bucket_size: int = 0,
+) -> LossOutput:
+    """Encode the whole batch with graphs, compute the loss (in fp32) and backpropagate it.
+
+    ``bucket_size > 0``: each tower encodes its texts in length-sorted buckets of that many rows, inside
+    the one forward (:mod:`dpr.models.length_buckets`: the same vectors, far fewer padded tokens).
+    """
+    with autocast_scope(autocast_ctx):
+        q, p = model(q_inputs, p_inputs, bucket_size=bucket_size) if bucket_size > 0 else model(q_inputs, p_inputs)
+    out = loss_fn(q.float(), p.float())
+    out.loss.backward()
+    return dataclasses.replace(out, loss=out.loss.detach())
+
+
+def make_step(chunk_size: int | None, bucket_size: int = 0) -> Callable[..., LossOutput]:
+    """``standard_step`` (length buckets of ``bucket_size`` rows) when ``chunk_size`` is falsy, else
+    ``grad_cache_step`` with that chunk size (its chunks already pad only to their own longest)."""
+    if not chunk_size:
+        if bucket_size <= 0:
+            return standard_step
+
+        def bucketed(model: nn.Module, q_inputs: Inputs, p_inputs: Inputs, loss_fn: Any,
+                     autocast_ctx: AutocastCtx = None):
+            return standard_step(model, q_inputs, p_inputs, loss_fn, autocast_ctx, bucket_size)
+
+        return bucketed
+
+    def step(model: nn.Module, q_inputs: Inputs, p_inputs: Inputs, loss_fn: Any, autocast_ctx: AutocastCtx = None):
+        return grad_cache_step(model, q_inputs, p_inputs, loss_fn, chunk_size, autocast_ctx)
+
+    return step
 
 
 def bind_loss(loss, similarity, batch: Batch, *, corpus: CorpusNegatives | None, frozen: bool, accum: int,

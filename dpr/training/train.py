@@ -31,7 +31,7 @@ from dpr.training.config import TrainConfig
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.corpus_reuse import CorpusVectors, OnSaved, check_start_vectors
 from dpr.training.batching import TrainBatches, load_examples
-from dpr.training.grad_cache import make_step
+from dpr.training.steps import make_step
 from dpr.training.trainer import Trainer, TrainState
 from dpr.training.resume import find_resume, run_fingerprint
 from dpr.training.teacher import prepare_teacher

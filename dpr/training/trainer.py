@@ -110,7 +110,7 @@ class Trainer:
     train_model: torch.nn.Module           # the same, or its DDP wrapper
     tokenizer: Any
     loss: Callable                         # a dpr.losses loss
-    step_fn: Callable                      # standard_step or a gradient-cache step (two-tower steps)
+    step_fn: Callable                      # steps.make_step: standard_step or a gradient-cache step (two-tower steps)
     batches: TrainBatches
     validator: Validator | None
     optimizer: torch.optim.Optimizer

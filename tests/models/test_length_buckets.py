@@ -9,7 +9,7 @@ from dpr.losses import PairMasks, SoftmaxNLLLoss
 from dpr.models import BiEncoderConfig, build_biencoder
 from dpr.models.length_buckets import encode_bucketed, length_order, trim_padding
 from dpr.training.config import TrainConfig
-from dpr.training.grad_cache import make_step, standard_step
+from dpr.training.steps import make_step, standard_step
 
 QUESTIONS = ["capital of hawaii", "what makes atp in cells and why does it matter so much", "highest mountain",
              "largest ocean on the planet earth", "who wrote hamlet", "boiling point of water at sea level",

@@ -98,7 +98,8 @@ def main() -> None:
 
     from dpr import distributed as D
     from dpr.losses import build_loss
-    from dpr.training.grad_cache import grad_cache_step, standard_step
+    from dpr.training.grad_cache import grad_cache_step
+    from dpr.training.steps import standard_step
 
     assert D.init_distributed() and D.is_distributed()
     r, w = D.rank(), D.world_size()

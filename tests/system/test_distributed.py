@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from dpr import distributed as D
 from dpr.losses import build_loss
-from dpr.training.grad_cache import standard_step
+from dpr.training.steps import standard_step
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("ddp_worker", HERE / "ddp_worker.py")

@@ -11,7 +11,8 @@ from dpr.losses import HingeLoss, KLDistillLoss, MarginMSELoss, PairMasks, Softm
 from dpr.models import BiEncoderConfig, build_biencoder
 from dpr.models.length_buckets import length_order, restore_order
 from dpr.training import grad_cache
-from dpr.training.grad_cache import grad_cache_step, make_step, split_inputs, standard_step
+from dpr.training.grad_cache import grad_cache_step, split_inputs
+from dpr.training.steps import make_step, standard_step
 
 from tests.system.ddp_worker import PASSAGES, QUESTIONS  # the 2-process test's batch: pos_i, hn_i per question
 
