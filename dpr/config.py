@@ -105,13 +105,17 @@ def numeric_fields(cls: type) -> list[str]:
 
 
 # ------------------------------------------------------------------ dataclass defaults as Hydra options
-def register_defaults(group: str, name: str, cls: type) -> None:
+def register_defaults(group: str, name: str, cls: type, keys: Sequence[str] | None = None) -> None:
     """Store the defaults of dataclass ``cls`` in Hydra's ConfigStore as ``<group>/<name>``, for a YAML file
     to select (``- <group>@<package>: <name>``): the dataclass stays the one source of the values.
+    ``keys``: only these fields (in this order), for a section that takes a part of the dataclass.
 
     Stored as a plain mapping, not as the dataclass: a typed node would type the package it lands in, so
     placed at the root (``@_global_``) or beside other keys of a section it would refuse every other key
     there. Types and ranges are checked afterwards by the command's schema (`dpr.cli.schemas`)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(group=group, name=name, node=dataclasses.asdict(cls()))
+    values = dataclasses.asdict(cls())
+    if keys is not None:
+        values = {k: values[k] for k in keys}  # a KeyError here: a key that is no field of cls
+    ConfigStore.instance().store(group=group, name=name, node=values)

@@ -38,6 +38,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dpr.checks import INT32_MAX, MAX_BATCH, MAX_SHARDS, check_int, check_max_length, check_optional_int
+from dpr.encode_config import EncodeConfig
 from dpr.errors import DataError
 from dpr.index.fingerprint import model_fingerprint, passages_fingerprint
 from dpr.index.shards import ShardFiles, check_shard, commit_shard, shard_range, shards_for_rank
@@ -46,9 +47,8 @@ log = logging.getLogger(__name__)
 
 DTYPES = ("float16", "float32")
 _SHARD_FILE = re.compile(r"^shard_\d{3,}_of_(\d{3,})\.(npy|ids\.txt|json)$")
-# Passages pulled from Arrow into Python per step: big enough for good length-sorting, small enough
-# that memory stays flat on a 21M-passage corpus.
-DEFAULT_CHUNK = 16_384
+_D = EncodeConfig()  # the one source of the defaults below (dpr/encode_config.py says what each means)
+DEFAULT_CHUNK = _D.chunk_size
 
 
 def passages_signature(passages_path: str | Path) -> dict[str, Any]:
@@ -156,18 +156,18 @@ def encode_corpus(
     output_dir: str | Path,
     shard_id: int | None = None,
     num_shards: int = 1,
-    batch_size: int = 64,
-    dtype: str = "float16",
-    autocast: str | None = "auto",
-    quantize: str | None = "auto",
-    runtime: str | None = "auto",
-    device: str | None = None,
-    max_length: int | None = None,
-    chunk_size: int = DEFAULT_CHUNK,
-    weights: str | None = "auto",
+    batch_size: int = _D.batch_size,
+    dtype: str = _D.dtype,
+    autocast: str | None = _D.autocast,
+    quantize: str | None = _D.quantize,
+    runtime: str | None = _D.runtime,
+    device: str | None = _D.device,
+    max_length: int | None = _D.max_length,
+    chunk_size: int = _D.chunk_size,
+    weights: str | None = _D.weights,
     cache_dir: str | Path | None = None,
     progress: bool = True,
-    compile: bool | str | None = False,
+    compile: bool | str | None = _D.compile,
 ) -> Path:
     """Encode the passages with the passage tower into ``output_dir``; returns ``output_dir``.
 
@@ -304,11 +304,11 @@ encode_passages = encode_corpus
 
 
 def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: str | Path, ids: list[str],
-                 vectors: np.ndarray, *, computed_with: dict, num_shards: int = 1, batch_size: int = 64,
-                 dtype: str = "float16", autocast: str | None = "auto", quantize: str | None = "auto",
-                 runtime: str | None = "auto", device: str | None = None, max_length: int | None = None,
-                 cache_dir: str | Path | None = None, weights: str | None = "auto",
-                 compile: bool | str | None = False) -> bool:
+                 vectors: np.ndarray, *, computed_with: dict, num_shards: int = 1, batch_size: int = _D.batch_size,
+                 dtype: str = _D.dtype, autocast: str | None = _D.autocast, quantize: str | None = _D.quantize,
+                 runtime: str | None = _D.runtime, device: str | None = _D.device,
+                 max_length: int | None = _D.max_length, cache_dir: str | Path | None = None,
+                 weights: str | None = _D.weights, compile: bool | str | None = _D.compile) -> bool:
     """Store corpus vectors computed elsewhere (the trainer's validation of the weights it saved) as the
     finished shard that ``encode_corpus`` with the same arguments would write, so that call then skips
     the encoding (~2 minutes per 3,500 passages on 2 CPU cores). Returns whether it wrote.

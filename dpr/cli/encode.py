@@ -9,6 +9,9 @@ from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, quiet_interrupt, rename_overrides, report_errors  # noqa: F401 (re-exported)
+from dpr.encode_config import register_schema
+
+register_schema()  # encode_cfg/default: conf/encode.yaml selects EncodeConfig's defaults
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="encode")

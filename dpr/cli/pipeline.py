@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, report_errors
 from dpr.bm25.config import register_schema as register_bm25_schema
+from dpr.encode_config import register_schema as register_encode_schema
 from dpr.eval.config import register_schema as register_eval_schema
 from dpr.rerank.stage_config import register_schema as register_teacher_schema
 from dpr.retrieval.fusion import register_schema as register_hybrid_schema
@@ -22,6 +23,7 @@ register_schema()  # train/schema: conf/train/*.yaml extend the TrainConfig data
 register_bm25_schema()  # bm25_cfg/default, hybrid_cfg/default, eval_cfg/default: the bm25, hybrid and eval
 register_hybrid_schema()  # sections' defaults (BM25Config, HybridConfig, EvalConfig), selected by conf/pipeline.yaml
 register_eval_schema()
+register_encode_schema()  # encode_cfg/pipeline: the encode section's defaults (EncodeConfig)
 register_teacher_schema()  # teacher_cfg/schema: the TeacherStageConfig dataclass
 
 

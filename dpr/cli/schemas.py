@@ -31,6 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 from dpr.checks import (INT32_MAX, MAX_BATCH, MAX_K, MAX_K1, MAX_K_RRF, MAX_LENGTH, MAX_RESAMPLES, MAX_SHARDS,
                         MAX_THREADS, MAX_WEIGHT, SEED_MAX, describe_range, in_range)
 from dpr.bm25.config import BM25Config, register_schema as register_bm25
+from dpr.encode_config import EncodeConfig, register_schema as register_encode
 from dpr.eval.config import EvalConfig, register_schema as register_eval
 from dpr.models import BiEncoderConfig
 from dpr.retrieval.fusion import HybridConfig, register_schema as register_hybrid
@@ -38,6 +39,7 @@ from dpr.retrieval.fusion import HybridConfig, register_schema as register_hybri
 # The defaults of the sections several commands share come from their dataclass (the one source; the YAML
 # files select them as config groups): the schemas here only type and range them.
 _BM25, _HYBRID, _EVAL = BM25Config(), HybridConfig(), EvalConfig()
+_ENCODE = EncodeConfig()
 
 
 # ------------------------------------------------------------------------------------------- ranges
@@ -165,16 +167,17 @@ class EncodeSchema:
     output_dir: str = MISSING
     shard_id: Optional[int] = ranged(None, 0, MAX_SHARDS - 1, note="and < num_shards; null = every shard")
     num_shards: int = ranged(1, 1, MAX_SHARDS)
-    batch_size: int = ranged(64, 1, MAX_BATCH)
-    dtype: str = "float16"
-    autocast: Any = "auto"
-    quantize: str = "auto"
-    runtime: str = "auto"
-    device: Optional[str] = None
-    max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
-    chunk_size: int = ranged(16384, 1, INT32_MAX)
-    weights: str = "auto"
-    compile: bool = False
+    batch_size: int = ranged(_ENCODE.batch_size, 1, MAX_BATCH)
+    dtype: str = _ENCODE.dtype
+    autocast: Any = _ENCODE.autocast  # Any: YAML reads a bare `off` as false
+    quantize: str = _ENCODE.quantize
+    runtime: str = _ENCODE.runtime
+    device: Optional[str] = _ENCODE.device
+    max_length: Optional[int] = ranged(_ENCODE.max_length, 1, MAX_LENGTH,
+                                       note="and <= the model's positions; null = the model's")
+    chunk_size: int = ranged(_ENCODE.chunk_size, 1, INT32_MAX)
+    weights: str = _ENCODE.weights
+    compile: bool = _ENCODE.compile
 
 
 @dataclass
@@ -260,13 +263,14 @@ class PipelineBm25:
 
 @dataclass
 class PipelineEncode:
-    batch_size: int = ranged(64, 1, MAX_BATCH)
-    dtype: str = "float16"
-    autocast: Any = "auto"
-    quantize: str = "auto"
-    runtime: str = "auto"
-    max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
-    weights: str = "auto"
+    batch_size: int = ranged(_ENCODE.batch_size, 1, MAX_BATCH)
+    dtype: str = _ENCODE.dtype
+    autocast: Any = _ENCODE.autocast
+    quantize: str = _ENCODE.quantize
+    runtime: str = _ENCODE.runtime
+    max_length: Optional[int] = ranged(_ENCODE.max_length, 1, MAX_LENGTH,
+                                       note="and <= the model's positions; null = the model's")
+    weights: str = _ENCODE.weights
 
 
 @dataclass
@@ -385,8 +389,9 @@ OPEN_GROUPS = {"data": DataSchema}
 _cs = ConfigStore.instance()
 for _name, _schema in SCHEMAS.items():
     _cs.store(name=f"{_name}_schema", node=_schema)
-# the shared sections' defaults (bm25_cfg, hybrid_cfg, eval_cfg), for whoever composes conf/ after importing this
-for _register in (register_bm25, register_hybrid, register_eval):
+# the shared sections' defaults (bm25_cfg, hybrid_cfg, eval_cfg, encode_cfg), for whoever composes conf/ after
+# importing this
+for _register in (register_bm25, register_hybrid, register_eval, register_encode):
     _register()
 
 
