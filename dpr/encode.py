@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 DTYPES = ("float16", "float32")
 _SHARD_FILE = re.compile(r"^shard_\d{3,}_of_(\d{3,})\.(npy|ids\.txt|json)$")
 _D = EncodeConfig()  # the one source of the defaults below (dpr/encode_config.py says what each means)
-DEFAULT_CHUNK = _D.chunk_size
 
 
 def passages_signature(passages_path: str | Path) -> dict[str, Any]:

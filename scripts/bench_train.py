@@ -89,9 +89,8 @@ def ours_step(model_name: str, model_kw: dict, batches, precision: str, *, steps
     on a fresh copy of the model, with this bucket size, AdamW implementation and precision."""
     from dpr.losses import SoftmaxNLLLoss
     from dpr.models import load_biencoder
-    from dpr.training.steps import make_step
+    from dpr.training.steps import bind_loss, make_step, optimizer_step
     from dpr.training.trainer import check_step_finite
-    from dpr.training.steps import bind_loss, optimizer_step
     from dpr.trainkit.optim import build_optimizer, linear_schedule
     from dpr.trainkit.precision import autocast_factory
 
