@@ -164,6 +164,8 @@ def _training_section(facts: Mapping[str, Any]) -> list[str]:
     if not summary:
         return ["## Training", "", "No `train_summary.json` in the run directory: training details unknown "
                 "(an untrained starting point, or a run trained elsewhere)."]
+    if summary.get("rounds") is not None:  # the pipeline's re-mining rounds (no train key; older runs: train.rounds)
+        tc = {**tc, "rounds": summary["rounds"]}
     world = summary.get("world_size") or 1
     batch = tc.get("batch_size")
     lines = ["## Training", ""]

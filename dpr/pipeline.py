@@ -8,6 +8,7 @@ from it, and each first stage reranked by it: `dpr.rerank.pipeline`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -25,10 +26,12 @@ from dpr.eval.report import evaluate_qa, evaluate_qrels
 from dpr.model_card import write_model_card
 from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
 from dpr.negatives import bm25 as bm25_negatives
+from dpr.negatives.config import RemineConfig
 from dpr.negatives.dense import remine_dataset
 from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
 from dpr.retrieval.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.stages import StageRunner
+from dpr.training.rounds import split_rounds
 from dpr.training.train import train
 from dpr.trainkit.config_dict import plain
 
@@ -63,11 +66,13 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
                        round_scores: Callable[[int, Path, Path], Path] | None = None) -> None:
     """Train ``train.rounds`` times: round 1 on the dataset's (BM25-mined) training file; each later round
     continues from the previous round's model, on negatives re-mined from that model's own index
-    (:mod:`dpr.negatives.dense`, ANCE-style). The last round's model is ``model_dir``; earlier ones live in
-    ``<output_dir>/rounds/round<r>/``. ``extra_inputs``: more files the training reads (teacher scores).
-    ``round_scores(r, train_file, round_dir)``: with a teacher, scores a re-mined round's candidates (its own
-    cached stage) and returns the scores file that round distils from."""
-    rounds = int(cfg.train.get("rounds", 1))
+    (:mod:`dpr.negatives.dense`, ANCE-style, with the ``remine`` settings). The last round's model is
+    ``model_dir``; earlier ones live in ``<output_dir>/rounds/round<r>/``. ``extra_inputs``: more files the
+    training reads (teacher scores). ``round_scores(r, train_file, round_dir)``: with a teacher, scores a
+    re-mined round's candidates (its own cached stage) and returns the scores file that round distils from."""
+    # train.rounds is the pipeline's key, not the trainer's: stripped from what train() and the stages see
+    rounds, train_section = split_rounds(plain(cfg.train))
+    remine = RemineConfig.from_dict(plain(cfg.get("remine")))
     prev_model: Path | None = None
     for r in range(1, rounds + 1):
         rdir = out / "rounds" / f"round{r}"
@@ -80,14 +85,13 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
             stages.run(
                 f"remine_round{r}",
                 lambda pm=prev_model, pi=prev_index, tf=train_file: remine_dataset(
-                    pm, pi, ds, tf, num_negatives=cfg.train.remine_negatives, depth=cfg.train.remine_depth,
-                    skip_top=cfg.train.remine_skip_top, relative_margin=cfg.train.remine_relative_margin,
-                    bm25_share=cfg.train.remine_bm25_share),
+                    pm, pi, ds, tf, **remine.as_kwargs()),
+                # the model that mines is an input (its index and biencoder.json): the settings are the parameters
                 outputs=[train_file], inputs=[prev_index, ds.train, prev_model / "biencoder.json"],
-                params=plain(cfg.train),
+                params={"remine": dataclasses.asdict(remine)},
             )
             model = {**model, "name": str(prev_model)}  # continue from the previous round's weights
-        train_keys, inputs = plain(cfg.train), list(extra_inputs)
+        train_keys, inputs = dict(train_section), list(extra_inputs)
         if prev_model is not None and round_scores is not None:  # the teacher scores the new candidates too
             scores = round_scores(r, train_file, rdir)
             train_keys, inputs = {**train_keys, "teacher_scores": str(scores)}, [scores]
@@ -104,7 +108,7 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
             export_emb = None  # a dev-only run exports nothing
         stages.run(
             "train" if rounds == 1 else f"train_round{r}",
-            lambda tc=train_cfg, se=start_emb, ee=export_emb: _train_reusing_vectors(cfg, ds, tc, se, ee),
+            lambda tc=train_cfg, se=start_emb, ee=export_emb: _train_reusing_vectors(cfg, ds, tc, se, ee, rounds),
             outputs=[mdir / "biencoder.json", mdir / "passage_encoder"],
             inputs=[train_file, ds.dev, ds.passages, start_emb, *inputs], params=plain(train_cfg),
         )
@@ -118,19 +122,21 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
 
 
 def _train_reusing_vectors(cfg: DictConfig, ds: DatasetPaths, train_cfg: DictConfig, start_emb: Path,
-                           export_emb: Path | None) -> dict:
+                           export_emb: Path | None, rounds: int) -> dict:
     """``train`` started from the corpus vectors in ``start_emb`` (encoded by the starting weights), its
     saved weights' corpus vectors stored in ``export_emb`` (None: nowhere) as the export stage would write
-    them (which then skips): two corpus encodings fewer per round (dpr.training.corpus_reuse)."""
+    them (which then skips): two corpus encodings fewer per round (dpr.training.corpus_reuse). ``rounds``
+    goes into the run's summary, for its model card (the train config no longer holds it)."""
     start = start_emb if start_emb.is_dir() else None  # read by the trainer, only when it uses it
+    extra = {"rounds": rounds}
     if export_emb is None:
-        return train(train_cfg, start_vectors=start)
+        return train(train_cfg, extra_summary=extra, start_vectors=start)
 
     def on_saved(model_dir: Path, ids: list[str], vectors: torch.Tensor, computed_with: dict) -> None:
         encode.save_encoded(model_dir, ds.passages, export_emb, ids, vectors.numpy(), computed_with=computed_with,
                             **plain(cfg.encode))
 
-    return train(train_cfg, start_vectors=start, on_saved=on_saved)
+    return train(train_cfg, extra_summary=extra, start_vectors=start, on_saved=on_saved)
 
 
 def run_pipeline(cfg: DictConfig) -> dict:
@@ -140,6 +146,8 @@ def run_pipeline(cfg: DictConfig) -> dict:
     until = cfg.get("until")
     if until not in (None, "train"):
         raise ValueError(f"until must be null (every stage) or train, got {until!r}")
+    split_rounds(plain(cfg.train))  # train.rounds and the remine settings: checked before any stage runs
+    RemineConfig.from_dict(plain(cfg.get("remine")))
     if cfg.get("teacher"):  # the teacher's settings checked before any stage runs
         from dpr.rerank.pipeline import check_teacher
         check_teacher(cfg)

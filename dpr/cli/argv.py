@@ -83,3 +83,11 @@ def shows_only(argv: list[str]) -> bool:
     """True when Hydra will only print something (``--cfg``, ``--info``, ``--help`` ...), not run the command."""
     _, flags = split_argv(argv[1:])
     return any(f.partition("=")[0] in SHOW_ONLY for f in flags)
+
+
+def refuse_moved(argv: list[str], moved: Mapping[str, str]) -> None:
+    """ValueError (one line) for an override of a key that moved: ``moved`` maps the old key to a hint naming
+    where it went (Hydra alone would only call the old key unknown)."""
+    overrides, _ = split_argv(argv[1:])
+    for key in sorted(given_keys(overrides) & set(moved)):
+        raise ValueError(f"config key {key}: unknown; {moved[key]}")

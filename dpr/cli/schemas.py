@@ -34,6 +34,7 @@ from dpr.bm25.config import BM25Config, register_schema as register_bm25
 from dpr.encode_config import EncodeConfig, register_schema as register_encode
 from dpr.eval.config import EvalConfig, register_schema as register_eval
 from dpr.models import BiEncoderConfig
+from dpr.negatives.config import RemineConfig
 from dpr.retrieval.fusion import HybridConfig, register_schema as register_hybrid
 
 # The defaults of the sections several commands share come from their dataclass (the one source; the YAML
@@ -374,6 +375,7 @@ class PipelineSchema:
     retrieve: PipelineRetrieve = field(default_factory=PipelineRetrieve)
     hybrid: PipelineHybrid = field(default_factory=PipelineHybrid)
     eval: PipelineEval = field(default_factory=PipelineEval)
+    remine: RemineConfig = field(default_factory=RemineConfig)  # typed here; ranges: RemineConfig.from_dict
 
 
 SCHEMAS: Dict[str, type] = {

@@ -46,13 +46,6 @@ class TrainConfig:
     # --- partial fine-tuning (dpr/models/freeze.py)
     passage_frozen_layers: int = 0       # the passage tower's embeddings + first N layers get no gradient
                                          # (separate towers): its backward stops at layer N, a cheaper step
-    # --- re-mining rounds (the pipeline: train, encode, mine with the trained model, train again)
-    rounds: int = 1
-    remine_negatives: int = 30           # mined negatives kept per question
-    remine_depth: int = 200              # how deep in the trained model's ranking to look
-    remine_skip_top: int = 0             # skip the top ranks (FlagEmbedding mines ranks 2-200)
-    remine_relative_margin: float = 0.05 # drop candidates scoring above (1 - margin) x the positive's score
-    remine_bm25_share: float = 0.5       # share of the new negative lists that stays BM25's
     # --- optimisation
     lr: float = 2.0e-5
     weight_decay: float = 0.01
@@ -118,9 +111,6 @@ class TrainConfig:
         metric = find_metric(tc.best_metric, tc.val_topk)
         if metric is not None and metric.needs_corpus and not tc.val_corpus_topk:
             raise ValueError(f"train.best_metric={tc.best_metric} needs train.val_corpus_topk=true")
-        if tc.remine_skip_top >= tc.remine_depth:
-            raise ValueError(f"train.remine_skip_top={tc.remine_skip_top} must be < train.remine_depth="
-                             f"{tc.remine_depth} (nothing would be left to mine)")
         if tc.max_steps <= 0 and tc.epochs <= 0 and tc.frozen_steps <= 0:
             raise ValueError("zero training steps (nothing to train): set train.max_steps, train.epochs or "
                              "train.frozen_steps > 0")
@@ -155,12 +145,6 @@ TRAIN_RANGES: dict[str, Range] = {
     "corpus_max_passages": Int(0, note="0: always FAISS top-k candidates"),
     "corpus_topk": Int(1),
     "passage_frozen_layers": Int(0, note="0: none frozen"),
-    "rounds": Int(1),
-    "remine_negatives": Int(1),
-    "remine_depth": Int(1),
-    "remine_skip_top": Int(0),
-    "remine_relative_margin": Real(0, note="0: no margin filter"),
-    "remine_bm25_share": Real(0, 1),
     # reals beyond these bounds are no learning rate: AdamW diverges at once, or torch cannot even apply them
     # in fp32 ("value cannot be converted to type float without overflow" at lr 1e300)
     "lr": Real(0, 1, lo_open=True),

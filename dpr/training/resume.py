@@ -17,8 +17,7 @@ log = logging.getLogger(__name__)
 
 # Settings that do not change what a step computes: a run may resume with other values (more steps, say).
 RESUMABLE_KEYS = ckpt.RESUMABLE_KEYS | {
-    "print_every", "eval_every", "validate", "best_metric", "rounds", "remine_negatives", "remine_depth",
-    "remine_skip_top", "remine_relative_margin", "remine_bm25_share",
+    "print_every", "eval_every", "validate", "best_metric",
     "optimizer_impl",  # AdamW's kernels: the same update up to rounding, as cpu_threads
 }
 

@@ -19,6 +19,7 @@ from omegaconf import MISSING, OmegaConf
 from dpr.bm25.config import BM25Config
 from dpr.cli.schemas import SCHEMAS
 from dpr.eval.config import EvalConfig
+from dpr.negatives.config import RemineConfig
 from dpr.rerank.config import RerankCommandSchema
 from dpr.rerank.stage_config import TeacherStageConfig
 from dpr.resources import CONF_DIR
@@ -77,7 +78,7 @@ CASES = {
     "reader": [(SCHEMAS["reader"], "")],
     "rerank": [(RerankCommandSchema, "")],
     "pipeline": [(SCHEMAS["pipeline"], ""), (BM25Config, "bm25."), (HybridConfig, "hybrid."),
-                 (EvalConfig, "eval."), (TeacherStageConfig, "teacher_cfg.")],
+                 (EvalConfig, "eval."), (TeacherStageConfig, "teacher_cfg."), (RemineConfig, "remine.")],
 }
 
 

@@ -18,6 +18,7 @@ from dpr.cli.common import CONF_DIR
 from dpr.cli.schemas import EncodeSchema, PipelineEncode
 from dpr.encode_config import PIPELINE_KEYS, EncodeConfig
 from dpr.eval.config import EvalConfig
+from dpr.negatives.config import RemineConfig
 from dpr.retrieval.fusion import HybridConfig
 
 
@@ -41,6 +42,7 @@ CASES = [
     ("pipeline", "hybrid", HybridConfig, None),
     ("eval", None, EvalConfig, None),
     ("pipeline", "eval", EvalConfig, None),
+    ("pipeline", "remine", RemineConfig, None),
 ]
 
 
@@ -57,6 +59,11 @@ def test_section_is_its_dataclass_defaults(command, section, cls, keys):
 def test_the_pipeline_encode_keys_are_exactly_its_stage_parameters():
     # the section is every encode stage's recorded parameters: a key added there re-runs cached encodes
     assert list(_compose("pipeline")["encode"]) == list(PIPELINE_KEYS)
+
+
+def test_the_remine_section_is_exactly_remine_config():
+    # the section is the remine_round<r> stages' recorded parameters: nothing else may land in it
+    assert _compose("pipeline")["remine"] == _defaults(RemineConfig)
 
 
 def test_no_yaml_restates_an_encode_default():

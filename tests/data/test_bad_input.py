@@ -412,6 +412,11 @@ def test_ctrl_c_is_one_line(tmp_path, tiny_model_dir):
     ("dpr-retrieve", ["topk=5"], ["Could not override 'topk'", "+topk=5"]),
     ("dpr-data", ["data=nope"], ["Could not find 'data/nope'", "squad1_open"]),
     ("dpr-train", ["train=nope"], ["Could not find 'train/nope'"]),
+    ("dpr-pipeline", ["remine.dept=5"], ["Could not override 'remine.dept'"]),
+    ("dpr-pipeline", ["remine.depth=abc"], ["config key remine.depth:", "Integer"]),
+    # issue 24: the re-mining keys left train (remine.*; train.rounds is dpr-pipeline's alone)
+    ("dpr-pipeline", ["train.remine_depth=5"], ["config key train.remine_depth: unknown", "use remine.depth"]),
+    ("dpr-train", ["train.rounds=2"], ["config key train.rounds: unknown", "dpr-pipeline train.rounds=N"]),
 ])
 def test_config_values_are_type_checked(tmp_path, cmd, args, words):
     out = {"dpr-retrieve": ["output=o.json"], "dpr-index": ["embeddings=e", "output=i.faiss"] if args else [],

@@ -300,8 +300,8 @@ def test_teacher_rounds_score_each_remined_file_and_distil_from_it(tiny_data_dir
 
     out = tmp_path / "run"
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, "teacher.max_negatives=2"),
-                     "train.rounds=2", "train.remine_negatives=3", "train.remine_relative_margin=0.0",
-                     "train.remine_bm25_share=0.0", "until=train")
+                     "train.rounds=2", "remine.negatives=3", "remine.relative_margin=0.0",
+                     "remine.bm25_share=0.0", "until=train")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert {"teacher_scores", "remine_round2", "teacher_scores_round2", "train_round2"} <= _ran(out)
     round2 = out / "rounds" / "round2"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+
+import pytest
 
 from dpr.eval.has_answer import has_answer
 
@@ -12,8 +15,8 @@ from tests.system.test_pipeline import _pipeline
 def test_two_rounds_remine_from_the_trained_model(tiny_data_dir, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "train.rounds=2",
-                     "train.corpus_negatives=true", "train.remine_negatives=3", "train.remine_relative_margin=0.0",
-                     "train.remine_bm25_share=0.0")
+                     "train.corpus_negatives=true", "remine.negatives=3", "remine.relative_margin=0.0",
+                     "remine.bm25_share=0.0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     seconds = json.loads((out / "timings.json").read_text())["seconds"]
     assert {"train_round1", "encode_round1", "index_round1", "remine_round2", "train_round2"} <= set(seconds)
@@ -32,6 +35,9 @@ def test_two_rounds_remine_from_the_trained_model(tiny_data_dir, tiny_model_dir,
     summary = json.loads((out / "model" / "train_summary.json").read_text())
     assert summary["config"]["train_file"].endswith("round2/train.json")
     assert summary["config"]["model"]["name"].endswith("round1/model")  # round 2 continues from round 1
+    # the rounds are the pipeline's: in the summary (for the model card), never in the trainer's config
+    assert summary["rounds"] == 2 and not {"rounds", "remine_depth"} & set(summary["config"]["train"])
+    assert "| re-mining rounds | 2 |" in (out / "model" / "README.md").read_text()
     rows = [json.loads(line) for line in (out / "model" / "metrics.jsonl").read_text().splitlines()]
     assert [r["frozen"] for r in rows] == [True, True, False, False, False, False]
     assert all("masked" in r for r in rows)
@@ -49,3 +55,46 @@ def test_until_train_stops_before_the_trained_model_meets_the_test_split(tiny_da
     bad = _pipeline(tiny_data_dir, tiny_model_dir, tmp_path / "bad", "until=eval")
     assert bad.returncode != 0 and "until must be null" in bad.stderr
     assert not (tmp_path / "bad" / "bm25").exists()  # refused before any work
+
+
+class _Recorder:
+    """A StageRunner that records each stage's parameters and runs nothing."""
+
+    def __init__(self) -> None:
+        self.params: dict = {}
+
+    def run(self, name, fn, *, outputs, inputs=(), params=None) -> bool:
+        self.params[name] = params
+        return False
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_stage_parameters_hold_the_remine_settings_and_the_train_stage_not(rounds, tmp_path):
+    """Issue 24: the train stages record TrainConfig's keys alone (rounds and remine.* left them: the one
+    fingerprint migration), the remine stages record the remine settings."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import dpr.cli.pipeline  # noqa: F401  registers the groups conf/pipeline.yaml selects
+    from dpr.cli.common import CONF_DIR
+    from dpr.data.dataset import DatasetPaths
+    from dpr.negatives.config import RemineConfig
+    from dpr.pipeline import train_model_rounds
+    from dpr.training.config import TrainConfig
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="pipeline", overrides=[f"train.rounds={rounds}", "remine.depth=50",
+                                                         f"data_dir={tmp_path}", f"output_dir={tmp_path}"])
+    stages = _Recorder()
+    train_model_rounds(cfg, DatasetPaths.of(tmp_path, "squad1_open"), tmp_path, tmp_path / "model", stages)
+    composed = OmegaConf.to_container(cfg.train, resolve=True)
+    want_train = {k: v for k, v in composed.items() if k != "rounds"}
+    assert set(want_train) == {f.name for f in dataclasses.fields(TrainConfig)}
+    if rounds == 1:
+        assert list(stages.params) == ["train"]
+        assert stages.params["train"]["train"] == want_train  # the default recipe, as before, less the six keys
+        return
+    assert list(stages.params) == ["train_round1", "encode_round1", "index_round1", "remine_round2", "train_round2"]
+    assert stages.params["remine_round2"] == {"remine": dataclasses.asdict(RemineConfig(depth=50))}
+    for name in ("train_round1", "train_round2"):
+        assert stages.params[name]["train"] == want_train and "remine" not in stages.params[name]

@@ -28,8 +28,11 @@ def test_yaml_and_dataclass_cannot_disagree(config_name):
     composed = OmegaConf.to_container(cfg.train, resolve=True)
     defaults = dataclasses.asdict(TrainConfig())
     if config_name == "pipeline":
-        # the pipeline's overrides: the untrained dev figures, and the recipe chosen on dev
-        defaults.update(validate_at_start=True, frozen_steps=124, lr=5e-5)
+        # the pipeline's overrides: the untrained dev figures, and the recipe chosen on dev; + its own train.rounds
+        from dpr.training.rounds import PipelineTrainConfig
+
+        defaults = {**dataclasses.asdict(PipelineTrainConfig()), "validate_at_start": True, "frozen_steps": 124,
+                    "lr": 5e-5}
     assert composed == defaults
 
 
@@ -67,16 +70,37 @@ def test_auto_settings_follow_the_kind_of_data():
         TrainConfig.from_dict({"best_metric": "ndcg@10"}).best_metric_for("qa")
 
 
-@pytest.mark.parametrize("bad,match", [({"batch_size": 0}, "batch_size"), ({"rounds": 0}, "rounds"),
+@pytest.mark.parametrize("bad,match", [({"batch_size": 0}, "batch_size"),
                                        ({"multi_positive": "yes"}, "multi_positive"),
                                        ({"best_metric": "ndcg@10", "val_corpus_topk": False}, "val_corpus_topk"),
                                        ({"max_steps": 0, "epochs": 0}, "nothing to train"),
-                                       ({"remine_bm25_share": 2.0}, "remine_bm25_share"),
                                        ({"best_metric": "accuracy"}, "best_metric='accuracy' is not a dev metric"),
                                        ({"best_metric": "top10"}, "top10' is not a dev metric")])
 def test_degenerate_values_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig.from_dict(bad)
+
+
+# The pipeline's re-mining rounds are no training setting (issue 24): train.rounds lives in PipelineTrainConfig
+# (dpr/training/rounds.py), the remine_* keys are the pipeline's remine section (RemineConfig).
+PIPELINE_ONLY = ["rounds", "remine_negatives", "remine_depth", "remine_skip_top", "remine_relative_margin",
+                 "remine_bm25_share"]
+
+
+def test_train_config_has_no_pipeline_keys():
+    assert not {f.name for f in dataclasses.fields(TrainConfig)} & set(PIPELINE_ONLY)
+    from dpr.training.resume import RESUMABLE_KEYS
+
+    assert not RESUMABLE_KEYS & set(PIPELINE_ONLY)
+
+
+@pytest.mark.parametrize("key", PIPELINE_ONLY)
+def test_pipeline_keys_are_unknown_to_train_config(key):
+    with pytest.raises(ValueError, match=rf"^unknown train config keys \['{key}'\]") as err:
+        TrainConfig.from_dict({key: 2})
+    assert "\n" not in str(err.value)
+    with pytest.raises(Exception, match=key):  # dpr-train's composed config refuses it too
+        _compose(f"train.{key}=2")
 
 
 # ---------------------------------------------------------------- every numeric key: refused in one line, or legal
@@ -96,10 +120,9 @@ EDGES = [0, -1, 1, 2, 3, 0.5, -0.5, 1e-4, 1e-40, float("nan"), float("inf"), flo
 VALUES = st.one_of(st.sampled_from(EDGES), st.integers(-10**6, 10**6), st.floats(),
                    st.lists(st.one_of(st.integers(-3, 30), st.floats()), max_size=3))
 # What the docs promise of an accepted value (an independent statement of the ranges, not the table itself)
-AT_LEAST_ONE = {"batch_size", "rounds", "grad_accumulation_steps", "log_every", "print_every", "val_batch_size",
-                "corpus_topk", "remine_negatives", "remine_depth", "projection_dim", "question_max_length",
-                "passage_max_length"}
-FRACTIONS = {"warmup_ratio", "remine_bm25_share"}
+AT_LEAST_ONE = {"batch_size", "grad_accumulation_steps", "log_every", "print_every", "val_batch_size",
+                "corpus_topk", "projection_dim", "question_max_length", "passage_max_length"}
+FRACTIONS = {"warmup_ratio"}
 ANY_SIGN = {"max_grad_norm"}  # <= 0: no clipping
 
 

@@ -181,9 +181,8 @@ def test_the_resumable_key_sets_are_the_trainers_old_ones():
     assert ckpt.RESUMABLE_KEYS == reader_old
     assert rerank_keys == reader_old | {"eval_every", "val_max_questions", "best_metric"}
     assert retriever_keys == {"epochs", "max_steps", "save_every", "keep_checkpoints", "log_every", "print_every",
-                              "eval_every", "resume", "validate", "best_metric", "cpu_threads", "rounds",
-                              "remine_negatives", "remine_depth", "remine_skip_top", "remine_relative_margin",
-                              "remine_bm25_share", "optimizer_impl"}
+                              "eval_every", "resume", "validate", "best_metric", "cpu_threads", "optimizer_impl"}
+    # (the pipeline's rounds and remine_* keys were resumable too: issue 24 took them out of TrainConfig)
 
 
 def _tiny():
