@@ -189,6 +189,8 @@ def _training_section(facts: Mapping[str, Any]) -> list[str]:
                        ("multi_positive", "every judged positive a positive"), ("rounds", "re-mining rounds")):
         if key in tc:  # an "auto" setting as the run resolved it
             rows.append([label, (summary.get("resolved") or {}).get(key, tc[key])])
+    if tc.get("attention_dropout") is not None:  # a training-only lever: the saved config keeps the model's own
+        rows.append(["attention dropout (training only)", f"{tc['attention_dropout']:g}"])
     rows.append(["steps", f"{summary.get('steps')} (epoch {summary.get('epoch')})"])
     if batch is not None and summary.get("steps") is not None:
         rows.append(["examples seen", f"{summary['steps'] * batch * world * int(tc.get('grad_accumulation_steps') or 1):,}"])

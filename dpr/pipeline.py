@@ -31,6 +31,7 @@ from dpr.negatives.dense import remine_dataset
 from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
 from dpr.retrieval.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.stages import StageRunner
+from dpr.training.config import without_unset
 from dpr.training.rounds import split_rounds
 from dpr.training.train import train
 from dpr.trainkit.config_dict import plain
@@ -91,7 +92,8 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
                 params={"remine": dataclasses.asdict(remine)},
             )
             model = {**model, "name": str(prev_model)}  # continue from the previous round's weights
-        train_keys, inputs = dict(train_section), list(extra_inputs)
+        # keys recorded only when set (train.attention_dropout) left out while null: earlier stages stay up to date
+        train_keys, inputs = without_unset(train_section), list(extra_inputs)
         if prev_model is not None and round_scores is not None:  # the teacher scores the new candidates too
             scores = round_scores(r, train_file, rdir)
             train_keys, inputs = {**train_keys, "teacher_scores": str(scores)}, [scores]

@@ -18,7 +18,9 @@ limits. Steps alternate (ours, theirs, ours, ...) so load drift on a shared mach
   AdamW update), and no answer masking (``train.mask_answers`` on QA data: the peer has none).
 - ``ours-padded``: the lever row of one forward per tower padded to the batch's longest text
   (``train.length_bucket_size=0``, the step before buckets existed), in our default precision;
-  ``ours-fused-adamw``: ``train.optimizer_impl=fused``, in our default precision.
+  ``ours-fused-adamw``: ``train.optimizer_impl=fused``, in our default precision; ``ours-no-attn-dropout``:
+  ``train.attention_dropout=0`` (no attention-dropout masks, SDPA's fused kernel; `dpr.models.dropout`), in our
+  default precision.
 - sentence-transformers (its own process, glibc's default malloc: the peer keeps its defaults): a manual
   loop over ``MultipleNegativesRankingLoss`` with its default fp32 (what ``fit``/``SentenceTransformerTrainer``
   run per step without AMP): ``model.tokenize`` per column (padded to the column's longest), loss, backward,
@@ -84,11 +86,14 @@ def computed_shapes(inputs: dict, bucket_size: int) -> list[tuple[int, int]]:
 
 
 def ours_step(model_name: str, model_kw: dict, batches, precision: str, *, steps: int, lr: float,
-              max_grad_norm: float, bucket_size: int, impl: str, seed: int) -> Callable:
+              max_grad_norm: float, bucket_size: int, impl: str, seed: int,
+              attention_dropout: float | None = None) -> Callable:
     """``step(epoch, batch_in_epoch) -> (loss, shapes)``: one of ``dpr-train``'s two-tower steps (module doc)
-    on a fresh copy of the model, with this bucket size, AdamW implementation and precision."""
+    on a fresh copy of the model, with this bucket size, AdamW implementation, precision and attention dropout
+    (None: the model's own, as ``train.attention_dropout=null``)."""
     from dpr.losses import SoftmaxNLLLoss
     from dpr.models import load_biencoder
+    from dpr.models.dropout import set_attention_dropout
     from dpr.training.steps import bind_loss, make_step, optimizer_step
     from dpr.training.trainer import check_step_finite
     from dpr.trainkit.optim import build_optimizer, linear_schedule
@@ -98,6 +103,8 @@ def ours_step(model_name: str, model_kw: dict, batches, precision: str, *, steps
     torch.manual_seed(seed)
     model = load_biencoder(model_name, **model_kw)[0]
     model.train()
+    if attention_dropout is not None:  # what dpr.training.train does with train.attention_dropout
+        set_attention_dropout(model, attention_dropout)
     opt = build_optimizer(model, lr, 0.01, impl=impl)
     sched = linear_schedule(opt, 0, steps)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
@@ -270,18 +277,24 @@ def main(argv: list[str] | None = None) -> dict:
 
     bucket, impl = defaults.length_bucket_size, defaults.optimizer_impl
     common = dict(steps=args.steps, lr=args.lr, max_grad_norm=args.max_grad_norm, seed=args.seed)
-    # (system, precision) -> (bucket size, AdamW implementation, levers: the config keys the row sets)
-    ours_rows = {("ours", p): (bucket, impl, [f"train.precision={p}"]) for p in precisions}
-    ours_rows[("ours-padded", default)] = (0, impl, [f"train.precision={default}", "train.length_bucket_size=0"])
-    ours_rows[("ours-fused-adamw", default)] = (bucket, "fused", [f"train.precision={default}",
-                                                                  "train.optimizer_impl=fused"])
-    sides = {key: ours_step(args.model, model_kw, batches, key[1], bucket_size=b, impl=i, **common)
-             for key, (b, i, _) in ours_rows.items()}
+    # (system, precision) -> (bucket size, AdamW implementation, attention dropout (None: the model's own),
+    # levers: the config keys the row sets)
+    attn = defaults.attention_dropout
+    ours_rows = {("ours", p): (bucket, impl, attn, [f"train.precision={p}"]) for p in precisions}
+    ours_rows[("ours-padded", default)] = (0, impl, attn, [f"train.precision={default}", "train.length_bucket_size=0"])
+    ours_rows[("ours-fused-adamw", default)] = (bucket, "fused", attn, [f"train.precision={default}",
+                                                                        "train.optimizer_impl=fused"])
+    ours_rows[("ours-no-attn-dropout", default)] = (bucket, impl, 0.0, [f"train.precision={default}",
+                                                                        "train.attention_dropout=0"])
+    sides = {key: ours_step(args.model, model_kw, batches, key[1], bucket_size=b, impl=i, attention_dropout=a,
+                            **common)
+             for key, (b, i, a, _) in ours_rows.items()}
+    # the attention dropout is named only where a row sets it (the other rows' settings keep their shape)
     settings = {key: {"length_bucket_size": b, "optimizer_impl": resolve_optimizer_impl(i),
                       "malloc_tuned": malloc_tuned, "towers": "separate" if args.separate_towers else "shared",
-                      "mask_answers": False}
-                for key, (b, i, _) in ours_rows.items()}
-    levers = {key: lv for key, (_, _, lv) in ours_rows.items()}
+                      "mask_answers": False, **({"attention_dropout": a} if a is not None else {})}
+                for key, (b, i, a, _) in ours_rows.items()}
+    levers = {key: lv for key, (_, _, _, lv) in ours_rows.items()}
     peer = Peer({"model": args.model, "seed": args.seed, "lr": args.lr, "steps": args.steps,
                  "max_grad_norm": args.max_grad_norm, "passage_max_length": args.passage_max_length,
                  "hard_negatives": args.hard_negatives, "threads": torch.get_num_threads(), "precisions": precisions})

@@ -4,7 +4,8 @@
 - train: the ``ours`` step of ``scripts/bench_train.py`` (exactly ``dpr-train``'s default two-tower step:
   length-sorted buckets of ``train.length_bucket_size``, ``train.optimizer_impl``'s AdamW, the divergence
   check, glibc malloc tuned as ``dpr-train`` tunes it), ``--warmup`` steps first (not profiled: kernel set-up,
-  allocator growth), then ``--steps`` profiled;
+  allocator growth), then ``--steps`` profiled; ``--attention-dropout P``: that step with ``train.attention_dropout=P``
+  (e.g. 0: no attention-dropout masks);
 - encode: ``--passages`` passages with their titles through ``dpr-encode``'s torch path
   (`dpr.models.encode_texts`: its length sort, batches of ``--batch-size`` padded to their longest, inference
   mode, ``weights=auto`` = fp32 weights under autocast), one pass not profiled first. Where ``runtime=auto``
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--encode-batch-size", type=int, default=64, help="dpr-encode's batch_size")
     ap.add_argument("--top", type=int, default=15, help="operators listed per profile")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--attention-dropout", type=float, default=defaults.attention_dropout,
+                    help="train.attention_dropout for the training step (default: null, the model's own)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--md", type=Path, default=None, help="also write the markdown tables here")
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
     for p in precisions:
         step = ours_step(model_name, model_kw, batches, p, steps=args.warmup + args.steps, lr=defaults.lr,
                          max_grad_norm=defaults.max_grad_norm, bucket_size=defaults.length_bucket_size,
-                         impl=defaults.optimizer_impl, seed=args.seed)
+                         impl=defaults.optimizer_impl, seed=args.seed, attention_dropout=args.attention_dropout)
         plan = iter(itertools.cycle([(i // per_epoch, i % per_epoch) for i in range(args.warmup + args.steps)]))
         for _ in range(args.warmup):
             step(*next(plan))
@@ -188,6 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
                      "question_max_length": args.question_max_length, "passage_max_length": args.passage_max_length,
                      "length_bucket_size": defaults.length_bucket_size,
                      "optimizer_impl": resolve_optimizer_impl(defaults.optimizer_impl), "malloc_tuned": malloc_tuned,
+                     "attention_dropout": args.attention_dropout,
                      "towers": "shared", "warmup": args.warmup, "steps": args.steps, "passages": len(texts),
                      "encode_batch_size": args.encode_batch_size, "encode_runtime": "torch",
                      "encode_runtime_auto_fp32": resolve_runtime("auto", "cpu", "off")},

@@ -60,6 +60,9 @@ class TrainConfig:
     grad_cache_chunk_size: int = 0       # > 0: gradient cache: the same batch and gradients in chunks
     length_bucket_size: int = 8          # > 0: two-tower steps encode length-sorted buckets of N texts, each padded
                                          # only to its own longest (same vectors, ~0.63x the tokens on squad1_open)
+    attention_dropout: float | None = None  # attention-probability dropout of both towers while training (null: the
+                                         # model's own; 0: no masks, SDPA's fused kernel); the saved config keeps the
+                                         # model's (dpr/models/dropout.py)
     precision: str = "auto"              # auto | fp32 | bf16 | fp16 (fp16: CUDA only, with loss scaling)
     deterministic: bool = False          # torch deterministic kernels on GPU (CPU runs are deterministic already)
     cpu_threads: int = 0                 # > 0: torch threads for the run (0: torch's default)
@@ -157,6 +160,7 @@ TRAIN_RANGES: dict[str, Range] = {
     "grad_accumulation_steps": Int(1),
     "grad_cache_chunk_size": Int(0, note="0: off"),
     "length_bucket_size": Int(0, note="0: off"),
+    "attention_dropout": Real(0, 1, hi_open=True, optional=True, note="null: the model's own"),
     "cpu_threads": Int(0, 4096, note="0: torch's default"),
     "log_every": Int(1),
     "print_every": Int(1),
@@ -170,6 +174,15 @@ TRAIN_RANGES: dict[str, Range] = {
     "val_corpus_max_passages": Int(0, note="0: no limit"),
     "teacher_denoise_margin": Real(0, note="0: drop negatives scored above the positive"),
 }
+
+# Keys recorded in the run's and the pipeline stages' fingerprints only when set: runs, checkpoints and stages made
+# before a key existed stay the same run while it is null.
+RECORDED_WHEN_SET = frozenset({"attention_dropout"})
+
+
+def without_unset(train: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``train`` mapping as fingerprints see it: the :data:`RECORDED_WHEN_SET` keys left out while null."""
+    return {k: v for k, v in train.items() if not (k in RECORDED_WHEN_SET and v is None)}
 
 
 def register_schema() -> None:

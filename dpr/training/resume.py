@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
+from dpr.training.config import without_unset
 from dpr.trainkit import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ def run_fingerprint(conf: Mapping[str, Any], train_cfg: Mapping[str, Any], train
     """What a checkpoint must have been trained with to be this run's past: model, data file, seed,
     world size and the step-defining train settings. Auto-resume ignores checkpoints that differ."""
     train = {k: v for k, v in train_cfg.items() if k not in RESUMABLE_KEYS and not k.startswith("val_")}
+    train = without_unset(train)  # a key added later (train.attention_dropout) is recorded only when set
     return ckpt.fingerprint({"model": conf["model"], "data": conf["data"].get("name"), "seed": conf.get("seed"),
                              "train": train, "world_size": world, "train_file": ckpt.file_identity(train_path)})
 

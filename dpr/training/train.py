@@ -24,6 +24,7 @@ from dpr.data.dataset import DatasetPaths
 from dpr.losses import build_loss
 from dpr.model_card import write_model_card
 from dpr.models import load_biencoder, save_biencoder
+from dpr.models.dropout import set_attention_dropout
 from dpr.models.freeze import freeze_bottom_layers
 from dpr.perf.malloc import keep_freed_memory
 from dpr.run_dir import data_fingerprints
@@ -104,6 +105,9 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     model, tokenizer = load_biencoder(model_cfg.pop("name"), **model_cfg)
     model.to(device).train()
     mcfg = model.config
+    if tc.attention_dropout is not None:  # on the modules: the saved config.json keeps the model's own value
+        n = set_attention_dropout(model, tc.attention_dropout)
+        log.info("attention dropout %g in %d attention modules (training only)", tc.attention_dropout, n)
     if tc.passage_frozen_layers:
         if mcfg.shared:
             raise ValueError("train.passage_frozen_layers needs separate towers (model.shared=false): "

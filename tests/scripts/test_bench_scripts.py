@@ -109,7 +109,8 @@ def test_bench_encode_compiled_row(tiny_model_dir, tiny_data_dir, tmp_path, monk
 
 def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     """The ours row is dpr-train's default step (TrainConfig's bucket size and AdamW kernels, malloc tuned as
-    dpr-train tunes it); the padded step and fused AdamW are lever rows; the peer runs untuned, padded."""
+    dpr-train tunes it); the padded step, fused AdamW and no attention dropout are lever rows; the peer runs
+    untuned, padded."""
     from dpr.perf.malloc import keep_freed_memory
     from dpr.training.config import TrainConfig
 
@@ -123,7 +124,9 @@ def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     rep = json.loads(out.read_text())
     _check(rep, {"fp32"})
     rows = {r["system"]: r for r in rep["rows"]}
-    assert set(rows) == {"ours", "ours-padded", "ours-fused-adamw", "sentence-transformers"}
+    assert set(rows) == {"ours", "ours-padded", "ours-fused-adamw", "ours-no-attn-dropout", "sentence-transformers"}
+    assert rows["ours-no-attn-dropout"]["levers"] == ["train.precision=fp32", "train.attention_dropout=0"]
+    assert rows["ours-no-attn-dropout"]["settings"] == {**rows["ours"]["settings"], "attention_dropout": 0.0}
     assert rows["ours-fused-adamw"]["levers"] == ["train.precision=fp32", "train.optimizer_impl=fused"]
     assert rows["ours-padded"]["levers"] == ["train.precision=fp32", "train.length_bucket_size=0"]
     assert rows["ours"]["levers"] == ["train.precision=fp32"] and rows["sentence-transformers"]["levers"] == []
@@ -138,6 +141,7 @@ def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     assert rows["ours"]["tokens_per_step"] <= rows["ours-padded"]["tokens_per_step"]  # buckets trim padding
     assert rep["ratio"]["fp32"] == round(rows["ours"]["per_s"] / rows["sentence-transformers"]["per_s"], 3)
     assert rep["ratio_levers"]["fused-adamw"]["vs_peer_default"] > 0 and rep["ratio_levers"]["padded"]["vs_peer_default"] > 0
+    assert rep["ratio_levers"]["no-attn-dropout"]["vs_peer_default"] > 0
     # (no loss comparison here: the rows step in turn in train mode, so each one's dropout draws differ;
     # fused = plain step for step is tests/training/test_optim_impl.py's)
 
@@ -173,12 +177,14 @@ def test_profile_step_json(tmp_path, monkeypatch, capsys, precision):
     monkeypatch.delenv("DPR_FORCE_BF16", raising=False)
     monkeypatch.setenv("DPR_NO_BF16", "1")  # auto: fp32 only; both: bf16 forced as well
     out, md = tmp_path / "profile.json", tmp_path / "profile.md"
+    attn = ["--attention-dropout", "0"] if precision == "both" else []  # train.attention_dropout=0's step
     rep = _script("profile_step").main(["--tiny", "--precision", precision, "--passages", "8", "--top", "10",
-                                        "--json", str(out), "--md", str(md)])
+                                        "--json", str(out), "--md", str(md), *attn])
     assert json.loads(out.read_text()) == rep
     assert set(rep) >= {"cpu_flags", "cpu", "settings", "profiles"} and isinstance(rep["cpu_flags"], list)
     want = ["fp32"] if precision == "auto" else ["fp32", "bf16"]
     assert rep["settings"]["precisions"] == want and rep["settings"]["length_bucket_size"] > 0
+    assert rep["settings"]["attention_dropout"] == (0.0 if attn else None)
     assert [(p["what"], p["precision"]) for p in rep["profiles"]] == [(w, q) for q in want for w in ("train", "encode")]
     for p in rep["profiles"]:
         assert 0 < len(p["ops"]) <= 10 and p["wall_ms"] > 0 and p["ops_self_ms"] > 0

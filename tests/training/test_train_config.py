@@ -141,7 +141,7 @@ def _check_refusal(err: Exception, label: str, key: str, value) -> None:
 def _check_legal(key: str, value, annotation: str) -> None:
     items = value if isinstance(value, list) else [value]
     if value is None:
-        assert key == "projection_dim"
+        assert key in ("projection_dim", "attention_dropout")  # null: no projection / the model's own dropout
         return
     assert items, key
     for v in items:
@@ -152,6 +152,8 @@ def _check_legal(key: str, value, annotation: str) -> None:
             assert v >= 1, (key, value)
         elif key in FRACTIONS:
             assert 0 <= v <= 1, (key, value)
+        elif key == "attention_dropout":
+            assert 0 <= v < 1, (key, value)
         elif key == "adam_betas":
             assert 0 <= v < 1 and len(items) == 2, (key, value)
         elif key in ("lr", "adam_eps", "temperature"):
@@ -186,7 +188,7 @@ def test_model_keys_refuse_bad_numbers_in_one_line(key, value):
 # refused by the trainer in one line naming the key, or stop as diverged naming the step -- never NaN weights.
 CHEAP = [("train", k) for k in ("lr", "warmup_ratio", "warmup_steps", "weight_decay", "adam_eps", "adam_betas",
                                 "max_grad_norm", "batch_size", "hard_negatives", "length_bucket_size",
-                                "grad_cache_chunk_size", "val_hard_negatives")] + \
+                                "grad_cache_chunk_size", "val_hard_negatives", "attention_dropout")] + \
         [("model", k) for k in ("temperature", "question_max_length", "passage_max_length")]
 
 
