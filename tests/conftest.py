@@ -7,8 +7,14 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("WANDB_MODE", "disabled")
+
+# Property tests assert behaviour, not speed: hypothesis's default 200 ms deadline per example fails them on a
+# loaded 2-core machine (an example that builds a model can take longer there), so no deadline anywhere.
+settings.register_profile("dpr", deadline=None)
+settings.load_profile("dpr")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]

@@ -164,6 +164,7 @@ def test_hydra_key_and_the_pipeline_stage_params():
     import dpr.cli.pipeline  # noqa: F401  registers every group the pipeline composes
     from dpr.cli.common import CONF_DIR
     from dpr.training.config import register_schema, without_unset
+    from dpr.training.rounds import split_rounds
     from dpr.trainkit.config_dict import plain
 
     register_schema()
@@ -173,4 +174,4 @@ def test_hydra_key_and_the_pipeline_stage_params():
     assert default["attention_dropout"] is None and "attention_dropout" not in without_unset(default)
     assert without_unset(default) == {k: v for k, v in default.items() if k != "attention_dropout"}
     assert zero["attention_dropout"] == 0.0 and without_unset(zero)["attention_dropout"] == 0.0
-    assert TrainConfig.from_dict(zero).attention_dropout == 0.0
+    assert TrainConfig.from_dict(split_rounds(zero)[1]).attention_dropout == 0.0  # train.rounds: the pipeline's
