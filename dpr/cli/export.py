@@ -10,8 +10,11 @@ import hydra
 from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv
-from dpr.cli.common import CONF_DIR, check_model_path, report_errors
+from dpr.cli.common import CONF_DIR, check_model_path, quiet_interrupt, report_errors
+from dpr.export.config import FORMATS, ExportConfig, register_schema
 from dpr.trainkit.config_dict import plain
+
+register_schema()  # export_cfg/default: conf/export.yaml selects ExportConfig's defaults
 
 # A built-in sample for check=true: real questions and passages, so a broken export shows.
 CHECK_QUESTIONS = ["what is the capital of france", "who wrote hamlet", "how do plants make energy",
@@ -27,8 +30,10 @@ CHECK_PASSAGES = [("Paris", "Paris is the capital and most populous city of Fran
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="export")
 @report_errors("dpr-export")
 def _run(cfg: DictConfig) -> None:
-    from dpr.export import FORMATS, compare_export, export_sentence_transformers
+    from dpr.cli.schemas import check_config
+    from dpr.export import compare_export, export_sentence_transformers
 
+    check_config(cfg, ExportConfig)  # types, unknown and missing keys: one line naming the key
     if cfg.format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {cfg.format!r}")
     check_model_path(cfg.model_path)  # missing, or a truncated/corrupt safetensors file: named before any work
@@ -53,6 +58,7 @@ def _run(cfg: DictConfig) -> None:
         print(f"dpr-export: check {json.dumps(figures)}")
 
 
+@quiet_interrupt("dpr-export")  # Hydra's composition errors (an unknown key) as one line too
 def main() -> None:
     sys.argv = hydra_argv(sys.argv, renames={"model": "model_path"})  # and Hydra's flags in any order
     _run()

@@ -15,7 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv, split_argv
-from dpr.cli.common import CONF_DIR, report_errors
+from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
 
 log = logging.getLogger(__name__)
 COMMANDS = ("train", "eval")
@@ -50,6 +50,7 @@ def _run(cfg: DictConfig) -> None:
         log.info("%s: %s", setting, figures)
 
 
+@quiet_interrupt("dpr-reader")  # Hydra's composition errors (an unknown key) as one line too
 def main() -> None:
     # the command may stand anywhere among the overrides and Hydra's flags (dpr-reader --cfg job train ...)
     overrides, flags = split_argv(sys.argv[1:])
