@@ -20,6 +20,8 @@ def strict_from_dict(cls: type[T], d: Mapping[str, Any], label: str) -> T:
 
 
 # ------------------------------------------------------------------ allowed ranges of numeric keys
+# One Range for both checkers: `check_ranges` below (config dataclass objects: TrainConfig, RerankConfig, ...) and
+# `dpr.cli.ranges.check_config_ranges` (the commands' composed configs, against their schemas' field metadata).
 @dataclasses.dataclass(frozen=True)
 class Range:
     """The allowed values of one numeric config key: a whole number (``integer``) or a finite real in
@@ -60,14 +62,24 @@ class Range:
         lo_n, hi_n = self.count
         return len(v) >= lo_n and (hi_n is None or len(v) <= hi_n) and all(self._number_ok(x) for x in v)
 
+    def interval(self) -> str:
+        """The bounds alone: ``[1, 100]``, ``(0, 1)``, ``>= 1``, ``<= 5``, or ``any finite number``."""
+        lo, hi = _num(self.lo), _num(self.hi)
+        if lo is not None and hi is not None:
+            return f"{'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+        if lo is not None:
+            return f"{'>' if self.lo_open else '>='} {lo}"
+        if hi is not None:
+            return f"{'<' if self.hi_open else '<='} {hi}"
+        return "any finite number"
+
     def describe(self) -> str:
+        """What a value must be, in words: ``an integer in [1, 100] or null (0: off)``."""
         what = "an integer" if self.integer else "a finite number"
-        lo = None if self.lo is None else f"{'>' if self.lo_open else '>='} {self.lo:g}"
-        hi = None if self.hi is None else f"{'<' if self.hi_open else '<='} {self.hi:g}"
-        if lo and hi:
-            what += f" in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
-        elif lo or hi:
-            what += f" {lo or hi}"
+        if self.lo is not None and self.hi is not None:
+            what += f" in {self.interval()}"
+        elif self.lo is not None or self.hi is not None:
+            what += f" {self.interval()}"
         if self.count is not None:
             lo_n, hi_n = self.count
             n = f"{lo_n}" if hi_n == lo_n else f"{lo_n}+" if hi_n is None else f"{lo_n}-{hi_n}"
@@ -75,6 +87,11 @@ class Range:
         if self.optional:
             what += " or null"
         return what + (f" ({self.note})" if self.note else "")
+
+
+def _num(x: float | None) -> str | None:
+    # an int bound as written (1000000, not 1e+06), a float as %g (0.0001, 10000)
+    return None if x is None else f"{x:g}" if isinstance(x, float) else str(x)
 
 
 def Int(lo: int | None = None, hi: int | None = None, **kw: Any) -> Range:  # noqa: N802 - reads as a type

@@ -222,8 +222,8 @@ def run_pipeline(cfg: DictConfig) -> dict:
                 f"{name}_retrieve_{split}",
                 lambda split=split, path=path: retrieve.retrieve_split(
                     Retriever.dense(model_path, idx, None if qrels_data else ds.passages,
-                                    batch_size=cfg.retrieve.batch_size, autocast=cfg.retrieve.get("autocast", "auto"),
-                                    weights=cfg.retrieve.get("weights", "auto")),
+                                    batch_size=cfg.retrieve.batch_size, autocast=cfg.retrieve.autocast,
+                                    weights=cfg.retrieve.weights),
                     ds, split, path, k=cfg.retrieve.k),
                 outputs=[path], inputs=[idx, *_questions(ds, split), *model_inputs],
                 params=plain(cfg.retrieve),

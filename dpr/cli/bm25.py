@@ -12,8 +12,10 @@ from omegaconf import DictConfig
 from dpr.cli.argv import hydra_argv
 from dpr.bm25.config import register_schema
 from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
+from dpr.negatives.bm25_config import register_schema as register_mining_schema
 
-register_schema()  # bm25_cfg/default: conf/bm25.yaml selects BM25Config's defaults
+register_schema()  # bm25_cfg/default and bm25_mine_cfg/default: conf/bm25.yaml selects BM25Config's and
+register_mining_schema()  # BM25MiningConfig's defaults
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,9 @@ from dpr.bm25.config import register_schema as register_bm25_schema
 from dpr.encode_config import register_schema as register_encode_schema
 from dpr.eval.config import register_schema as register_eval_schema
 from dpr.negatives.config import moved_from_train, register_schema as register_remine_schema
+from dpr.negatives.bm25_config import register_schema as register_mining_schema
 from dpr.rerank.stage_config import register_schema as register_teacher_schema
+from dpr.retrieval.config import register_schema as register_retrieve_schema
 from dpr.retrieval.fusion import register_schema as register_hybrid_schema
 from dpr.training.config import register_schema
 from dpr.training.rounds import register_schema as register_rounds_schema
@@ -26,6 +28,8 @@ register_bm25_schema()  # bm25_cfg/default, hybrid_cfg/default, eval_cfg/default
 register_hybrid_schema()  # sections' defaults (BM25Config, HybridConfig, EvalConfig), selected by conf/pipeline.yaml
 register_eval_schema()
 register_encode_schema()  # encode_cfg/pipeline: the encode section's defaults (EncodeConfig)
+register_mining_schema()  # bm25_mine_cfg/pipeline: bm25.k and bm25.num_negatives (BM25MiningConfig)
+register_retrieve_schema()  # retrieve_cfg/pipeline: the retrieve section's defaults (RetrieveConfig)
 register_teacher_schema()  # teacher_cfg/schema: the TeacherStageConfig dataclass
 register_rounds_schema()  # train_rounds/default: train.rounds (PipelineTrainConfig), the pipeline's own train key
 register_remine_schema()  # remine_cfg/default: the remine section's defaults (RemineConfig)

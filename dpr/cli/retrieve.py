@@ -11,9 +11,11 @@ from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, check_model_path, quiet_interrupt, report_errors
-from dpr.retrieval.fusion import register_schema
+from dpr.retrieval.config import register_schema as register_retrieve_schema
+from dpr.retrieval.fusion import register_schema as register_hybrid_schema
 
-register_schema()  # hybrid_cfg/default: conf/retrieve.yaml selects HybridConfig's defaults
+register_retrieve_schema()  # retrieve_cfg/default and hybrid_cfg/default: conf/retrieve.yaml selects
+register_hybrid_schema()  # RetrieveConfig's and HybridConfig's defaults
 
 
 def _require(cfg: DictConfig, *keys: str) -> None:

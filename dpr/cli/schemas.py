@@ -9,99 +9,38 @@ Group schemas: ``model`` is `BiEncoderConfig` itself (closed: every key typed); 
 keys every dataset has and leaves recipe-specific keys open (each recipe checks its own);
 ``index`` types every index parameter.
 
-Ranges: every numeric key carries its allowed range (``ranged(default, lo, hi, note)`` field metadata,
-limits from `dpr.checks`), checked by `check_ranges` after the types: ``weight=nan``, ``k=0`` or
-``index.nprobe=0`` is one line naming the key, the value and the range. null means the documented
+Ranges: every numeric key carries its allowed range (``ranged(default, lo, hi, note)`` field metadata from
+`dpr.cli.ranges`, limits from `dpr.checks`), checked by `check_config_ranges` after the types: ``weight=nan``,
+``k=0`` or ``index.nprobe=0`` is one line naming the key, the value and the range. null means the documented
 default ("auto"); 0 is never read as "auto". ``dpr-pipeline``'s schema types the sections it reads and
 stays open to other keys.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dpr.checks import (INT32_MAX, MAX_BATCH, MAX_K, MAX_K1, MAX_K_RRF, MAX_LENGTH, MAX_RESAMPLES, MAX_SHARDS,
-                        MAX_THREADS, MAX_WEIGHT, SEED_MAX, describe_range, in_range)
+                        MAX_THREADS, MAX_WEIGHT, SEED_MAX)
 from dpr.bm25.config import BM25Config, register_schema as register_bm25
+from dpr.cli.ranges import check_config_ranges, ranged, ranged_list
 from dpr.encode_config import EncodeConfig, register_schema as register_encode
 from dpr.eval.config import EvalConfig, register_schema as register_eval
 from dpr.models import BiEncoderConfig
 from dpr.negatives.config import RemineConfig
+from dpr.negatives.bm25_config import BM25MiningConfig, register_schema as register_mining
+from dpr.retrieval.config import RetrieveConfig, register_schema as register_retrieve
 from dpr.retrieval.fusion import HybridConfig, register_schema as register_hybrid
 
 # The defaults of the sections several commands share come from their dataclass (the one source; the YAML
 # files select them as config groups): the schemas here only type and range them.
-_BM25, _HYBRID, _EVAL = BM25Config(), HybridConfig(), EvalConfig()
-_ENCODE = EncodeConfig()
-
-
-# ------------------------------------------------------------------------------------------- ranges
-# Every numeric key carries its allowed range as field metadata (``ranged``); `check_ranges` is the one
-# checker. null (where the type is Optional) means the documented default ("auto"); 0 is never "auto".
-
-@dataclass(frozen=True)
-class Range:
-    lo: float | None = None
-    hi: float | None = None
-    note: str = ""             # what the range does not say: what null means, a bound checked later
-
-    def describe(self) -> str:
-        return describe_range(self.lo, self.hi) + (f" ({self.note})" if self.note else "")
-
-    def allows(self, value: Any) -> bool:
-        if value is None:
-            return True
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return False
-        return math.isfinite(value) and in_range(value, self.lo, self.hi)
-
-
-def ranged(default: Any, lo: float | None = None, hi: float | None = None, note: str = "") -> Any:
-    """A schema field with an allowed range (checked by `check_ranges`)."""
-    return field(default=default, metadata={"range": Range(lo, hi, note)})
-
-
-def ranged_list(lo: float | None = None, hi: float | None = None, default: Callable[[], list] = list) -> Any:
-    """A list field whose every element has the range."""
-    return field(default_factory=default, metadata={"range": Range(lo, hi), "each": True})
-
-
-def _dataclass_of(tp: Any) -> type | None:
-    for t in (tp, *typing.get_args(tp)):  # Optional[X] → X
-        if dataclasses.is_dataclass(t):
-            return t
-    return None
-
-
-def range_rules(schema: type, prefix: str = "") -> dict[str, tuple[Range, bool]]:
-    """Every ranged key of ``schema`` (dotted, nested groups included) → (range, per element)."""
-    rules: dict[str, tuple[Range, bool]] = {}
-    hints = typing.get_type_hints(schema)
-    for f in dataclasses.fields(schema):
-        if "range" in f.metadata:
-            rules[prefix + f.name] = (f.metadata["range"], bool(f.metadata.get("each")))
-        elif (sub := _dataclass_of(hints[f.name])) is not None:
-            rules.update(range_rules(sub, f"{prefix}{f.name}."))
-    return rules
-
-
-def check_ranges(cfg: DictConfig, schema: type) -> None:
-    """Raise ValueError (one line) naming the first key whose value lies outside its documented range."""
-    for key, (rule, each) in range_rules(schema).items():
-        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
-        values = list(enumerate(value)) if each and value is not None else [(None, value)]
-        for i, v in values:
-            if not rule.allows(v):
-                where = key if i is None else f"{key}[{i}]"
-                raise ValueError(f"config key {where}: {v!r} is out of range; allowed: {rule.describe()}")
+_BM25, _MINE, _HYBRID, _EVAL = BM25Config(), BM25MiningConfig(), HybridConfig(), EvalConfig()
+_ENCODE, _RETRIEVE = EncodeConfig(), RetrieveConfig()
 
 
 @dataclass
@@ -144,7 +83,7 @@ class Bm25Schema:
     data_dir: str = MISSING
     split: str = "test"
     output: Optional[str] = None
-    k: int = ranged(100, 1, MAX_K)
+    k: int = ranged(_MINE.k, 1, MAX_K)
     n_threads: int = ranged(0, -1, MAX_THREADS, note="0 = the calling thread, -1 = all cores")
     k1: float = ranged(_BM25.k1, 0.0, MAX_K1)
     b: float = ranged(_BM25.b, 0.0, 1.0)
@@ -152,8 +91,8 @@ class Bm25Schema:
     stemmer: Optional[str] = _BM25.stemmer
     index_dir: Optional[str] = None
     mine: bool = False
-    num_negatives: int = ranged(30, 1, MAX_K)
-    depth: int = ranged(100, 1, MAX_K)
+    num_negatives: int = ranged(_MINE.num_negatives, 1, MAX_K)
+    depth: int = ranged(_MINE.depth, 1, MAX_K)
     force: bool = False
     passages: Optional[str] = None
     qa: Optional[str] = None
@@ -198,21 +137,22 @@ class RetrieveSchema:
     qa: Optional[str] = None
     queries: Optional[str] = None
     qrels: Optional[str] = None
-    k: int = ranged(100, 1, MAX_K)
-    batch_size: int = ranged(64, 1, MAX_BATCH)
-    search_batch_size: int = ranged(1024, 1, MAX_BATCH)
-    device: Optional[str] = None
-    autocast: Any = "auto"
-    weights: str = "auto"
-    index_device: str = "cpu"
-    nprobe: Optional[int] = ranged(None, 1, INT32_MAX, note="null = as saved in the index")
-    ef_search: Optional[int] = ranged(None, 1, INT32_MAX, note="null = as saved in the index")
-    match: str = "string"
-    max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
+    k: int = ranged(_RETRIEVE.k, 1, MAX_K)
+    batch_size: int = ranged(_RETRIEVE.batch_size, 1, MAX_BATCH)
+    search_batch_size: int = ranged(_RETRIEVE.search_batch_size, 1, MAX_BATCH)
+    device: Optional[str] = _RETRIEVE.device
+    autocast: Any = _RETRIEVE.autocast  # Any: YAML reads a bare `off` as false
+    weights: str = _RETRIEVE.weights
+    index_device: str = _RETRIEVE.index_device
+    nprobe: Optional[int] = ranged(_RETRIEVE.nprobe, 1, INT32_MAX, note="null = as saved in the index")
+    ef_search: Optional[int] = ranged(_RETRIEVE.ef_search, 1, INT32_MAX, note="null = as saved in the index")
+    match: str = _RETRIEVE.match
+    max_length: Optional[int] = ranged(_RETRIEVE.max_length, 1, MAX_LENGTH,
+                                       note="and <= the model's positions; null = the model's")
     bm25: Optional[str] = None
     dense: Optional[str] = None
-    fusion: str = "linear"
-    weight: Optional[float] = ranged(None, 0.0, MAX_WEIGHT, note="null = tuned on dev")
+    fusion: str = _RETRIEVE.fusion
+    weight: Optional[float] = ranged(_RETRIEVE.weight, 0.0, MAX_WEIGHT, note="null = tuned on dev")
     normalize: str = _HYBRID.normalize
     bm25_dev: Optional[str] = None
     dense_dev: Optional[str] = None
@@ -257,9 +197,9 @@ class PipelineBm25:
     b: float = ranged(_BM25.b, 0.0, 1.0)
     stopwords: Any = _BM25.stopwords
     stemmer: Optional[str] = _BM25.stemmer
-    k: int = ranged(100, 1, MAX_K)
+    k: int = ranged(_MINE.k, 1, MAX_K)
     mine: bool = True
-    num_negatives: int = ranged(30, 1, MAX_K)
+    num_negatives: int = ranged(_MINE.num_negatives, 1, MAX_K)
 
 
 @dataclass
@@ -276,10 +216,10 @@ class PipelineEncode:
 
 @dataclass
 class PipelineRetrieve:
-    k: int = ranged(100, 1, MAX_K)
-    batch_size: int = ranged(64, 1, MAX_BATCH)
-    autocast: Any = "auto"
-    weights: str = "auto"
+    k: int = ranged(_RETRIEVE.k, 1, MAX_K)
+    batch_size: int = ranged(_RETRIEVE.batch_size, 1, MAX_BATCH)
+    autocast: Any = _RETRIEVE.autocast
+    weights: str = _RETRIEVE.weights
 
 
 @dataclass
@@ -391,9 +331,9 @@ OPEN_GROUPS = {"data": DataSchema}
 _cs = ConfigStore.instance()
 for _name, _schema in SCHEMAS.items():
     _cs.store(name=f"{_name}_schema", node=_schema)
-# the shared sections' defaults (bm25_cfg, hybrid_cfg, eval_cfg, encode_cfg), for whoever composes conf/ after
-# importing this
-for _register in (register_bm25, register_hybrid, register_eval, register_encode):
+# the shared sections' defaults (bm25_cfg, bm25_mine_cfg, hybrid_cfg, eval_cfg, encode_cfg, retrieve_cfg), for
+# whoever composes conf/ after importing this
+for _register in (register_bm25, register_mining, register_hybrid, register_eval, register_encode, register_retrieve):
     _register()
 
 
@@ -415,7 +355,7 @@ def _schema_node(schema: type, cfg: DictConfig) -> DictConfig:
 
 def check_config(cfg: DictConfig, schema: type) -> DictConfig:
     """Raise ValueError (one line) if ``cfg`` has a key the schema lacks, a value of the wrong type or one
-    outside its range (`check_ranges`); returns the config as the schema types it."""
+    outside its range (`check_config_ranges`); returns the config as the schema types it."""
     missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra"))
     if missing:
         raise ValueError(f"config key {missing[0]}: required, give {missing[0]}=<value>"
@@ -431,5 +371,5 @@ def check_config(cfg: DictConfig, schema: type) -> DictConfig:
             known = sorted(parent.keys() if isinstance(parent, DictConfig) else OmegaConf.structured(schema).keys())
             raise ValueError(f"config key {key}: unknown; known keys: {', '.join(map(str, known))}") from None
         raise ValueError(f"config key {key}: {first}") from None
-    check_ranges(merged, schema)
+    check_config_ranges(merged, schema)
     return merged

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
 
 from dpr.atomic import sha256_file, write_json_atomic
 from dpr.bm25.index import BM25Index
+from dpr.negatives.bm25_config import BM25MiningConfig
 from dpr.negatives.mine import judged_from_dataset, mine_examples
 from dpr.retrieval.passages import PassageStore
 from dpr.retrieval.retriever import BM25Retriever
@@ -40,8 +41,8 @@ def mine_hard_negatives(
     index: BM25Index,
     examples: Sequence[dict],
     passages: "str | Path | datasets.Dataset",
-    num_negatives: int = 30,
-    depth: int = 100,
+    num_negatives: int = BM25MiningConfig.num_negatives,
+    depth: int = BM25MiningConfig.depth,
     qrels: Mapping[str, Collection[str]] | None = None,
     n_threads: int = 0,
 ) -> tuple[list[dict], dict[str, int]]:
@@ -73,7 +74,8 @@ def _split_files(ds: "DatasetPaths") -> dict[str, Path]:
     return {split: path for split, path in (("train", ds.train), ("dev", ds.dev)) if path.is_file()}
 
 
-def mining_up_to_date(ds: "DatasetPaths", index: BM25Index, num_negatives: int = 30, depth: int = 100) -> bool:
+def mining_up_to_date(ds: "DatasetPaths", index: BM25Index, num_negatives: int = BM25MiningConfig.num_negatives,
+                      depth: int = BM25MiningConfig.depth) -> bool:
     """True when the training files are those this miner last wrote, with the same index and settings."""
     marker = Path(ds.root) / MARKER_FILE
     if not marker.is_file():
@@ -89,8 +91,8 @@ def mining_up_to_date(ds: "DatasetPaths", index: BM25Index, num_negatives: int =
 def mine_dataset(
     index: BM25Index,
     ds: "DatasetPaths | str | Path",
-    num_negatives: int = 30,
-    depth: int = 100,
+    num_negatives: int = BM25MiningConfig.num_negatives,
+    depth: int = BM25MiningConfig.depth,
     n_threads: int = 0,
     force: bool = False,
 ) -> dict[str, dict[str, int]]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from dpr.retrieval.config import RetrieveConfig
 from dpr.retrieval.passages import PassageStore
 from dpr.checks import (INT32_MAX, MAX_BATCH, MAX_K, MAX_THREADS, check_int, check_max_length, check_optional_int,
                         check_questions)
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Ranked = list[tuple[str, float]]
+
+_DENSE = RetrieveConfig()  # DenseRetriever's option defaults: dpr-retrieve's (dpr/retrieval/config.py)
 
 
 @dataclass(frozen=True)
@@ -153,10 +156,12 @@ class DenseRetriever(Retriever):
     name = "dense"
 
     def __init__(self, run_dir: str | Path, index: str | Path,
-                 passages: "str | Path | datasets.Dataset | None" = None, *, batch_size: int = 64,
-                 search_batch_size: int = 1024, device: str | None = None, autocast: str | None = "auto",
-                 weights: str | None = "auto", index_device: str = "cpu", nprobe: int | None = None, ef_search: int | None = None,
-                 max_length: int | None = None, cache_dir: str | Path | None = None) -> None:
+                 passages: "str | Path | datasets.Dataset | None" = None, *,
+                 batch_size: int = _DENSE.batch_size, search_batch_size: int = _DENSE.search_batch_size,
+                 device: str | None = _DENSE.device, autocast: str | None = _DENSE.autocast,
+                 weights: str | None = _DENSE.weights, index_device: str = _DENSE.index_device,
+                 nprobe: int | None = _DENSE.nprobe, ef_search: int | None = _DENSE.ef_search,
+                 max_length: int | None = _DENSE.max_length, cache_dir: str | Path | None = None) -> None:
         import torch
 
         from dpr.distributed import device as default_device

@@ -18,6 +18,7 @@ import numpy as np
 from dpr.checks import MAX_K, check_int
 from dpr.data.questions import read_questions, read_split_queries, split_questions
 from dpr.retrieval import records
+from dpr.retrieval.config import RetrieveConfig
 from dpr.retrieval.fusion import DEFAULT_GRID, DEFAULT_K_RRF, HybridConfig, Run, fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.retrieval.retriever import Retriever
 
@@ -26,9 +27,9 @@ log = logging.getLogger(__name__)
 __all__ = ["dense_retrieve", "encode_questions", "retrieve_split", "retrieve_to_file", "hybrid_retrieve"]
 
 
-def encode_questions(model_path: str | Path, questions: Sequence[str], batch_size: int = 64,
-                     device: str | None = None, autocast: str | None = "auto",
-                     max_length: int | None = None) -> tuple[np.ndarray, Any]:
+def encode_questions(model_path: str | Path, questions: Sequence[str], batch_size: int = RetrieveConfig.batch_size,
+                     device: str | None = RetrieveConfig.device, autocast: str | None = RetrieveConfig.autocast,
+                     max_length: int | None = RetrieveConfig.max_length) -> tuple[np.ndarray, Any]:
     """Question vectors (float32 ``[N, D]``) and the model's config."""
     import torch
 
@@ -43,9 +44,9 @@ def encode_questions(model_path: str | Path, questions: Sequence[str], batch_siz
     return vecs.numpy(), model.config
 
 
-def retrieve_to_file(retriever: Retriever, output: str | Path | None = None, k: int = 100, *,
+def retrieve_to_file(retriever: Retriever, output: str | Path | None = None, k: int = RetrieveConfig.k, *,
                      qa_path: str | Path | None = None, queries_path: str | Path | None = None,
-                     qrels_path: str | Path | None = None, match: str = "string") -> list[dict] | Run:
+                     qrels_path: str | Path | None = None, match: str = RetrieveConfig.match) -> list[dict] | Run:
     """Any retriever over a question file: ``qa_path`` (``.qa.tsv`` or retriever ``.json``) → DPR results
     JSON with ``has_answer``; BEIR ``queries_path`` (the queries judged in ``qrels_path`` when given) →
     a TREC run. Written to ``output`` when given; returned either way."""
@@ -71,8 +72,8 @@ def retrieve_to_file(retriever: Retriever, output: str | Path | None = None, k: 
     return run
 
 
-def retrieve_split(retriever: Retriever, ds: Any, split: str, output: str | Path, k: int = 100,
-                   match: str = "string") -> Path:
+def retrieve_split(retriever: Retriever, ds: Any, split: str, output: str | Path, k: int = RetrieveConfig.k,
+                   match: str = RetrieveConfig.match) -> Path:
     """One split of a prepared dataset (`dpr.data.dataset.DatasetPaths`) through any retriever (BM25,
     dense, hybrid): ``<split>.qa.tsv`` (else ``<split>.json``) → results JSON, or the queries judged in
     ``qrels/<split>.tsv`` → TREC run, at ``output``."""
@@ -86,11 +87,11 @@ def dense_retrieve(
     passages_path: str | Path | None = None,
     qa_path: str | Path | None = None,
     output: str | Path | None = None,
-    k: int = 100,
+    k: int = RetrieveConfig.k,
     *,
     queries_path: str | Path | None = None,
     qrels_path: str | Path | None = None,
-    match: str = "string",
+    match: str = RetrieveConfig.match,
     tag: str = "dense",
     **options: Any,
 ) -> list[dict] | Run:
@@ -117,8 +118,8 @@ def hybrid_retrieve(
     bm25: str | Path,
     dense: str | Path,
     output: str | Path,
-    fusion: str = "linear",
-    weight: float | None = None,
+    fusion: str = RetrieveConfig.fusion,
+    weight: float | None = RetrieveConfig.weight,
     bm25_dev: str | Path | None = None,
     dense_dev: str | Path | None = None,
     qrels_dev: str | Path | None = None,
@@ -126,7 +127,7 @@ def hybrid_retrieve(
     metric_k: int = HybridConfig.metric_k,
     metric: str = HybridConfig.metric,
     normalize: str = HybridConfig.normalize,
-    k: int = 100,
+    k: int = RetrieveConfig.k,
     k_rrf: float = DEFAULT_K_RRF,
 ) -> dict[str, Any]:
     """Fuse a BM25 and a dense result file (results JSON or TREC runs) into ``output``.

@@ -1,7 +1,7 @@
 """One source of every default: each command's config, composed by Hydra from conf/ with no overrides, holds
 exactly its dataclasses' defaults (the command schema of `dpr.cli.schemas`, `RerankCommandSchema`, `TrainConfig`,
-`TeacherStageConfig`, and the shared BM25Config / HybridConfig / EvalConfig). A value written in a YAML file
-that differs from its dataclass fails here, naming the command and the key.
+`TeacherStageConfig`, and the shared BM25Config / BM25MiningConfig / RetrieveConfig / HybridConfig / EvalConfig).
+A value written in a YAML file that differs from its dataclass fails here, naming the command and the key.
 
 Not compared: interpolations (``output_dir: runs/${data.name}`` composes other keys), MISSING (``???``) keys,
 and the preset groups whose YAML options are the content (``data``: a dataset recipe, ``model``: an encoder
@@ -19,10 +19,12 @@ from omegaconf import MISSING, OmegaConf
 from dpr.bm25.config import BM25Config
 from dpr.cli.schemas import SCHEMAS
 from dpr.eval.config import EvalConfig
+from dpr.negatives.bm25_config import BM25MiningConfig
 from dpr.negatives.config import RemineConfig
 from dpr.rerank.config import RerankCommandSchema
 from dpr.rerank.stage_config import TeacherStageConfig
 from dpr.resources import CONF_DIR
+from dpr.retrieval.config import RetrieveConfig
 from dpr.retrieval.fusion import HybridConfig
 from dpr.training.config import TrainConfig
 
@@ -68,17 +70,18 @@ def _differences(composed: dict, expected: dict, where: str = "") -> list[str]:
 
 # (config file, the dataclasses whose defaults it must hold, where each lands: "" = the root)
 CASES = {
-    "bm25": [(SCHEMAS["bm25"], ""), (BM25Config, "")],
+    "bm25": [(SCHEMAS["bm25"], ""), (BM25Config, ""), (BM25MiningConfig, "")],
     "prepare": [(SCHEMAS["prepare"], "")],
     "encode": [(SCHEMAS["encode"], "")],
     "index": [(SCHEMAS["index"], "")],
-    "retrieve": [(SCHEMAS["retrieve"], ""), (HybridConfig, "")],
+    "retrieve": [(SCHEMAS["retrieve"], ""), (RetrieveConfig, ""), (HybridConfig, "")],
     "eval": [(SCHEMAS["eval"], ""), (EvalConfig, "")],
     "train": [(SCHEMAS["train"], ""), (TrainConfig, "train.")],
     "reader": [(SCHEMAS["reader"], "")],
     "rerank": [(RerankCommandSchema, "")],
-    "pipeline": [(SCHEMAS["pipeline"], ""), (BM25Config, "bm25."), (HybridConfig, "hybrid."),
-                 (EvalConfig, "eval."), (TeacherStageConfig, "teacher_cfg."), (RemineConfig, "remine.")],
+    "pipeline": [(SCHEMAS["pipeline"], ""), (BM25Config, "bm25."), (BM25MiningConfig, "bm25."),
+                 (RetrieveConfig, "retrieve."), (HybridConfig, "hybrid."), (EvalConfig, "eval."),
+                 (TeacherStageConfig, "teacher_cfg."), (RemineConfig, "remine.")],
 }
 
 

@@ -82,7 +82,7 @@ def configs() -> dict[str, DictConfig]:
 
 
 def test_every_numeric_key_has_a_documented_range():
-    from dpr.cli.schemas import range_rules
+    from dpr.cli.ranges import range_rules
 
     assert len(KEYS) > 40
     for cmd, key, *_ in KEYS:
@@ -140,7 +140,7 @@ values = st.one_of(st.sampled_from(EDGE), st.integers(-2 ** 70, 2 ** 70),
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=values)
 def test_numeric_key_refused_or_legal(configs, cmd, key, kind, is_list, optional, value):
-    from dpr.cli.schemas import range_rules
+    from dpr.cli.ranges import range_rules
 
     cfg = configs[cmd].copy()
     with open_dict(cfg):
