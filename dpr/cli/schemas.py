@@ -32,10 +32,11 @@ from dpr.cli.ranges import check_config_ranges, ranged, ranged_list
 from dpr.encode_config import EncodeConfig, register_schema as register_encode
 from dpr.eval.config import EvalConfig, register_schema as register_eval
 from dpr.models import BiEncoderConfig
-from dpr.negatives.config import RemineConfig
+from dpr.negatives.config import register_schema as register_remine
 from dpr.negatives.bm25_config import BM25MiningConfig, register_schema as register_mining
 from dpr.retrieval.config import RetrieveConfig, register_schema as register_retrieve
 from dpr.retrieval.fusion import HybridConfig, register_schema as register_hybrid
+from dpr.training.rounds import register_schema as register_rounds
 
 # The defaults of the sections several commands share come from their dataclass (the one source; the YAML
 # files select them as config groups): the schemas here only type and range them.
@@ -315,7 +316,7 @@ class PipelineSchema:
     retrieve: PipelineRetrieve = field(default_factory=PipelineRetrieve)
     hybrid: PipelineHybrid = field(default_factory=PipelineHybrid)
     eval: PipelineEval = field(default_factory=PipelineEval)
-    remine: RemineConfig = field(default_factory=RemineConfig)  # typed here; ranges: RemineConfig.from_dict
+    remine: Any = None     # RemineConfig checks its own section (types and ranges), before any stage runs
 
 
 SCHEMAS: Dict[str, type] = {
@@ -331,9 +332,10 @@ OPEN_GROUPS = {"data": DataSchema}
 _cs = ConfigStore.instance()
 for _name, _schema in SCHEMAS.items():
     _cs.store(name=f"{_name}_schema", node=_schema)
-# the shared sections' defaults (bm25_cfg, bm25_mine_cfg, hybrid_cfg, eval_cfg, encode_cfg, retrieve_cfg), for
-# whoever composes conf/ after importing this
-for _register in (register_bm25, register_mining, register_hybrid, register_eval, register_encode, register_retrieve):
+# the shared sections' defaults (bm25_cfg, bm25_mine_cfg, hybrid_cfg, eval_cfg, encode_cfg, retrieve_cfg, and the
+# pipeline's remine_cfg and train_rounds), for whoever composes conf/ after importing this
+for _register in (register_bm25, register_mining, register_hybrid, register_eval, register_encode, register_retrieve,
+                  register_remine, register_rounds):
     _register()
 
 

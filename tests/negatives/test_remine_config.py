@@ -71,12 +71,23 @@ def test_the_composed_pipeline_config_types_rounds_and_remine():
         _pipeline("train.remine_depth=5")
 
 
-def test_the_schema_types_the_remine_section():
-    from dpr.cli.schemas import SCHEMAS, check_config
+def test_the_pipeline_checks_the_remine_section_before_any_stage(tmp_path):
+    """The pipeline's schema leaves the section to RemineConfig (as it leaves train to TrainConfig): a bad value is
+    one line naming the key, and nothing is prepared or written."""
+    import subprocess
+    import sys
 
-    check_config(_pipeline("remine.bm25_share=0.25"), SCHEMAS["pipeline"])
-    with pytest.raises(ValueError, match="config key remine.depth"):
-        check_config(_pipeline("remine.depth=abc"), SCHEMAS["pipeline"])
+    from dpr.trainkit.config_dict import plain
+
+    assert RemineConfig.from_dict(plain(_pipeline("remine.bm25_share=0.25").remine)).bm25_share == 0.25
+    for override, want in (("remine.depth=abc", "remine.depth must be an integer >= 1, got 'abc'"),
+                           ("remine.skip_top=300", "remine.skip_top")):
+        proc = subprocess.run([sys.executable, "-m", "dpr.cli.pipeline", "data=squad1_open",
+                               f"data_dir={tmp_path / 'data'}", f"output_dir={tmp_path / 'out'}", override],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and want in lines[0], proc.stderr
+    assert not (tmp_path / "data").exists() and not (tmp_path / "out").exists()
 
 
 def test_old_overrides_name_the_new_key():
