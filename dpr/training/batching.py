@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -324,6 +324,22 @@ class TrainBatches:
         self.topics = [positive_topic(ex) for ex in examples] if topic_batches else None
         self.pool = NegativePool(examples) if hard_negatives > 0 else None
         self._cache: dict[int, list[list[int]]] = {}
+
+    @classmethod
+    def from_config(cls, examples: Sequence[dict], tokenizer, tc: Any, model_cfg: Any, *, seed: int, rank: int = 0,
+                    world_size: int = 1, multi_positive: bool = False, mask_answers: bool = True,
+                    teacher=None) -> "TrainBatches":
+        """The batches of a run as ``dpr-train`` builds them: the batching keys from the typed ``TrainConfig``
+        (``tc``), lengths and prefixes from the model's ``BiEncoderConfig``; the arguments are what the run
+        resolved (``multi_positive`` from ``auto``, ``mask_answers`` for QA data, the loss's teacher)."""
+        return cls(
+            examples, tokenizer, batch_size=tc.batch_size, hard_negatives=tc.hard_negatives,
+            question_max_length=model_cfg.question_max_length, passage_max_length=model_cfg.passage_max_length,
+            seed=seed, rank=rank, world_size=world_size, shuffle=tc.shuffle, shuffle_positives=tc.shuffle_positives,
+            shuffle_hard_negatives=tc.shuffle_hard_negatives, dedup_positives=tc.dedup_positives,
+            topic_batches=tc.topic_batches, multi_positive=multi_positive, mask_answers=mask_answers,
+            teacher=teacher, question_prefix=model_cfg.question_prefix, passage_prefix=model_cfg.passage_prefix,
+        )
 
     def global_batches(self, epoch: int) -> list[list[int]]:
         if epoch not in self._cache:

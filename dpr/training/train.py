@@ -122,15 +122,9 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     run_teacher = prepare_teacher(loss, tc, paths.root, paths.passages, train_file, train_examples, write_counts=main)
     teacher, train_examples = run_teacher.teacher, run_teacher.examples
 
-    batches = TrainBatches(
-        train_examples, tokenizer, batch_size=tc.batch_size, hard_negatives=tc.hard_negatives,
-        question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
-        seed=seed, rank=rank, world_size=world, shuffle=tc.shuffle, shuffle_positives=tc.shuffle_positives,
-        shuffle_hard_negatives=tc.shuffle_hard_negatives, dedup_positives=tc.dedup_positives,
-        topic_batches=tc.topic_batches, multi_positive=resolved["multi_positive"],
-        mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
-        question_prefix=mcfg.question_prefix, passage_prefix=mcfg.passage_prefix,
-    )
+    batches = TrainBatches.from_config(train_examples, tokenizer, tc, mcfg, seed=seed, rank=rank, world_size=world,
+                                       multi_positive=resolved["multi_positive"],
+                                       mask_answers=tc.mask_answers and kind == "qa", teacher=teacher)
     accum = tc.grad_accumulation_steps
     total = _total_steps(batches, tc)
     if batches.num_batches(0) < accum:
@@ -157,7 +151,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     validator = None
     if dev_examples:
         validator = Validator(tokenizer, dev_examples, corpus=corpus_texts if tc.val_corpus_topk else None,
-                              use_answers=kind == "qa", cfg=dataclasses.asdict(tc),
+                              use_answers=kind == "qa", cfg=tc,
                               question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
                               autocast=val_autocast, primary_metric=resolved["best_metric"])
 

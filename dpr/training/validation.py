@@ -23,10 +23,11 @@ no rank idles at a barrier long enough to time out).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -269,9 +270,11 @@ def validate(
 class Validator:
     """Dev validation as the trainer uses it: names its primary metric and whether greater is better."""
 
-    def __init__(self, tokenizer, dev_examples: Sequence[dict], *, corpus, use_answers: bool, cfg: dict,
+    def __init__(self, tokenizer, dev_examples: Sequence[dict], *, corpus, use_answers: bool, cfg: Any,
                  question_max_length: int, passage_max_length: int, autocast: str, primary_metric: str) -> None:
+        """``cfg``: the run's typed ``TrainConfig`` (its ``val_*`` keys; a mapping of them works too)."""
         self.tokenizer, self.examples, self.corpus = tokenizer, list(dev_examples), corpus
+        cfg = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg or {})
         self.use_answers, self.cfg, self.autocast = use_answers, cfg, autocast
         self.q_len, self.p_len = question_max_length, passage_max_length
         self.primary_metric = primary_metric

@@ -358,3 +358,21 @@ def test_validation_ndcg_on_qrels_data_is_trec_evals_graded_ndcg():
     assert (out["top1"], out["top2"]) == (0.0, 0.5)
     qa = corpus_topk_accuracy(Dot(), None, dev, corpus, ks=[1], use_answers=True, question_vectors=q, passage_vectors=p)
     assert "ndcg@10" not in qa  # QA data: top-k only
+
+
+def test_batches_from_the_typed_config_equal_the_keyword_ones():
+    """dpr-train builds its batches from the typed TrainConfig (TrainBatches.from_config): the same batches as the
+    keyword constructor given the same values."""
+    from types import SimpleNamespace
+
+    from dpr.training.config import TrainConfig
+
+    examples = [_ex(i, f"p{i % 6}") for i in range(16)]  # shared positives: dedup shapes the batches
+    tc = TrainConfig(batch_size=4, hard_negatives=1, shuffle_positives=True, topic_batches=False)
+    model = SimpleNamespace(question_max_length=8, passage_max_length=16, question_prefix="", passage_prefix="")
+    typed = TrainBatches.from_config(examples, None, tc, model, seed=3, multi_positive=False, mask_answers=True)
+    keyword = TrainBatches(examples, None, batch_size=4, hard_negatives=1, question_max_length=8, passage_max_length=16,
+                           seed=3, shuffle_positives=True)
+    assert [typed.global_batches(e) for e in range(2)] == [keyword.global_batches(e) for e in range(2)]
+    assert [it.question for it in typed.items(1, 0)] == [it.question for it in keyword.items(1, 0)]
+    assert (typed.q_len, typed.p_len, typed.hard_negatives, typed.shuffle_positives) == (8, 16, 1, True)
