@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -87,6 +87,18 @@ class Range:
         if self.optional:
             what += " or null"
         return what + (f" ({self.note})" if self.note else "")
+
+
+def ranged(default: Any, lo: float | None = None, hi: float | None = None, note: str = "") -> Any:
+    """A dataclass field with an allowed range in its metadata (``range``), read by
+    `dpr.cli.ranges.check_config_ranges` on a composed config; null passes (the field's type says whether null is
+    allowed at all). Here, below every floor, so a command's own config dataclass can carry its ranges."""
+    return dataclasses.field(default=default, metadata={"range": Range(lo, hi, optional=True, note=note)})
+
+
+def ranged_list(lo: float | None = None, hi: float | None = None, default: Callable[[], list] = list) -> Any:
+    """A list field whose every element has the range."""
+    return dataclasses.field(default_factory=default, metadata={"range": Range(lo, hi, optional=True), "each": True})
 
 
 def _num(x: float | None) -> str | None:

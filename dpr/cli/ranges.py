@@ -1,6 +1,8 @@
 """The allowed range of every numeric key of the command schemas (`dpr.cli.schemas`): ``ranged(default, lo, hi,
 note)`` field metadata holding a `dpr.config.Range` (the one Range class, shared with the config dataclasses'
-checker `dpr.config.check_ranges`), and `check_config_ranges`, the checker of a composed config.
+checker `dpr.config.check_ranges`), and `check_config_ranges`, the checker of a composed config. ``ranged`` and
+``ranged_list`` live in `dpr.config` (the lowest floor, so a command's config dataclass such as
+`dpr.reader.config.ReaderConfig` can carry its ranges too) and are re-exported here.
 
 Types are checked first, by OmegaConf against the schema: here a value is already an int, a float or null, and
 null (where the type is Optional) means the documented default ("auto"); 0 is never read as "auto".
@@ -10,23 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from dataclasses import field
-from typing import Any, Callable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from dpr.config import Range
+from dpr.config import Range, ranged, ranged_list
 
-
-def ranged(default: Any, lo: float | None = None, hi: float | None = None, note: str = "") -> Any:
-    """A schema field with an allowed range (checked by `check_config_ranges`); null passes (the schema's type
-    says whether null is allowed at all)."""
-    return field(default=default, metadata={"range": Range(lo, hi, optional=True, note=note)})
-
-
-def ranged_list(lo: float | None = None, hi: float | None = None, default: Callable[[], list] = list) -> Any:
-    """A list field whose every element has the range."""
-    return field(default_factory=default, metadata={"range": Range(lo, hi, optional=True), "each": True})
+__all__ = ["check_config_ranges", "range_rules", "ranged", "ranged_list"]
 
 
 def _dataclass_of(tp: Any) -> type | None:

@@ -16,6 +16,9 @@ from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv, split_argv
 from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
+from dpr.reader.config import register_schema
+
+register_schema()  # reader_cfg/default: the reader's settings (ReaderConfig), selected by conf/reader.yaml
 
 log = logging.getLogger(__name__)
 COMMANDS = ("train", "eval")

@@ -34,6 +34,7 @@ from dpr.eval.config import EvalConfig, register_schema as register_eval
 from dpr.models import BiEncoderConfig
 from dpr.negatives.config import register_schema as register_remine
 from dpr.negatives.bm25_config import BM25MiningConfig, register_schema as register_mining
+from dpr.reader.config import ReaderConfig, register_schema as register_reader
 from dpr.retrieval.config import RetrieveConfig, register_schema as register_retrieve
 from dpr.retrieval.fusion import HybridConfig, register_schema as register_hybrid
 from dpr.training.rounds import register_schema as register_rounds
@@ -238,55 +239,11 @@ class PipelineEval:
     match: str = _EVAL.match
 
 
-# The reader's settings (conf/reader_cfg/default.yaml is their one source: MISSING here, the schema only types
-# and ranges them), for dpr-reader and for the pipeline's reader=true.
-@dataclass
-class ReaderTrainSettings:
-    batch_size: int = ranged(MISSING, 1, MAX_BATCH)
-    negatives: int = ranged(MISSING, 0, 10_000, note="0: no relevance training")
-    epochs: int = ranged(MISSING, 1, INT32_MAX, note="used when max_steps = 0")
-    max_steps: int = ranged(MISSING, 0, INT32_MAX, note="0: epochs decide")
-    max_questions: int = ranged(MISSING, 0, INT32_MAX, note="0: all")
-    lr: float = ranged(MISSING, 1e-12, 1.0, note="> 0")
-    weight_decay: float = ranged(MISSING, 0, 1)
-    warmup_ratio: float = ranged(MISSING, 0, 1)
-    max_grad_norm: float = ranged(MISSING, 0, 1e6, note="0: no clipping")
-    precision: str = MISSING
-    cpu_threads: int = ranged(MISSING, 0, MAX_THREADS, note="0: torch's default")
-    seed: int = ranged(MISSING, 0, SEED_MAX)
-    log_every: int = ranged(MISSING, 1, INT32_MAX)
-    save_every: int = ranged(MISSING, 0, INT32_MAX, note="0: no checkpoints")
-    keep_checkpoints: int = ranged(MISSING, 0, 10_000, note="0: keep all")
-    resume: Any = MISSING
-
-
-@dataclass
-class ReaderEvalSettings:
-    ks: List[int] = ranged_list(1, MAX_K, default=lambda: MISSING)
-    max_answer_length: int = ranged(MISSING, 1, MAX_LENGTH)
-    n_best: int = ranged(MISSING, 1, 10_000)
-    span_score: str = MISSING
-    passage_weight: float = ranged(MISSING, 0, MAX_WEIGHT)
-    rank_weight: float = ranged(MISSING, 0, MAX_WEIGHT)
-    batch_size: int = ranged(MISSING, 1, MAX_BATCH)
-    precision: str = MISSING
-    max_questions: int = ranged(MISSING, 0, INT32_MAX, note="0: all")
-
-
-@dataclass
-class ReaderSettings:
-    model: str = MISSING
-    max_length: int = ranged(MISSING, 8, MAX_LENGTH, note="and <= the encoder's positions")
-    stride: int = ranged(MISSING, 0, MAX_LENGTH)
-    max_question_length: int = ranged(MISSING, 1, MAX_LENGTH)
-    title: bool = MISSING
-    train: ReaderTrainSettings = field(default_factory=ReaderTrainSettings)
-    eval: ReaderEvalSettings = field(default_factory=ReaderEvalSettings)
-
-
+# dpr-reader (and dpr-pipeline's reader=true): reader_cfg is `dpr.reader.config.ReaderConfig`, the one source of
+# the reader's defaults, types and ranges.
 @dataclass
 class ReaderSchema:
-    reader_cfg: ReaderSettings = field(default_factory=ReaderSettings)
+    reader_cfg: ReaderConfig = field(default_factory=ReaderConfig)
     data: DataSchema = field(default_factory=DataSchema)
     data_dir: str = MISSING
     output_dir: str = MISSING
@@ -304,7 +261,7 @@ class PipelineSchema:
     train: Any = None
     loss: Any = None
     logger: Any = None
-    reader_cfg: ReaderSettings = field(default_factory=ReaderSettings)
+    reader_cfg: ReaderConfig = field(default_factory=ReaderConfig)
     data_dir: str = MISSING
     output_dir: str = MISSING
     seed: int = ranged(42, 0, SEED_MAX)
@@ -332,10 +289,10 @@ OPEN_GROUPS = {"data": DataSchema}
 _cs = ConfigStore.instance()
 for _name, _schema in SCHEMAS.items():
     _cs.store(name=f"{_name}_schema", node=_schema)
-# the shared sections' defaults (bm25_cfg, bm25_mine_cfg, hybrid_cfg, eval_cfg, encode_cfg, retrieve_cfg, and the
-# pipeline's remine_cfg and train_rounds), for whoever composes conf/ after importing this
+# the shared sections' defaults (bm25_cfg, bm25_mine_cfg, hybrid_cfg, eval_cfg, encode_cfg, retrieve_cfg, reader_cfg,
+# and the pipeline's remine_cfg and train_rounds), for whoever composes conf/ after importing this
 for _register in (register_bm25, register_mining, register_hybrid, register_eval, register_encode, register_retrieve,
-                  register_remine, register_rounds):
+                  register_reader, register_remine, register_rounds):
     _register()
 
 

@@ -9,7 +9,7 @@ with another window's relevance.
 Across passages the answer is the window span with the highest
 ``span score + passage_weight * relevance - rank_weight * log(1 + retriever rank)`` (:class:`AnswerRule`). The span score is ``logit``
 (start + end logit) or ``log_prob`` (the span's log-probability under the window's own start and end
-softmaxes, what the span loss trains); the default is ``reader_cfg.eval.span_score`` (README "Reader":
+softmaxes, what the span loss trains); the default is ``reader_cfg.eval.span_score`` (docs/results/reader.md:
 on dev, log_prob was far worse open-domain for a reader trained without negatives). Within a window both scores rank spans identically.
 """
 
@@ -54,8 +54,9 @@ class AnswerRule:
     A very large ``passage_weight`` reads DPR's rule (the passage with the best relevance first, then
     its best span); 0 ignores the relevance head. ``rank_weight`` is a prior from the retriever's own
     order (rank 0 = its first passage): the reader alone picks confident wrong spans in low-ranked
-    passages, so without it EM *falls* as k grows (README "Reader", dev). Defaults are ``reader_cfg.eval``'s;
-    ``rank_weight`` 0 (no prior) is what reading gold passages uses, which have no retriever order.
+    passages, so without it EM *falls* as k grows (docs/results/reader.md, dev). Defaults are
+    ``reader_cfg.eval``'s (ReaderEvalConfig); ``rank_weight`` 0 (no prior) is what reading gold passages uses,
+    which have no retriever order.
     """
 
     span_score: str       # log_prob | logit

@@ -1,6 +1,7 @@
 """One source of every default: each command's config, composed by Hydra from conf/ with no overrides, holds
 exactly its dataclasses' defaults (the command schema of `dpr.cli.schemas`, `RerankCommandSchema`, `TrainConfig`,
-`TeacherStageConfig`, and the shared BM25Config / BM25MiningConfig / RetrieveConfig / HybridConfig / EvalConfig).
+`TeacherStageConfig`, `ReaderConfig`, and the shared BM25Config / BM25MiningConfig / RetrieveConfig / HybridConfig /
+EvalConfig).
 A value written in a YAML file that differs from its dataclass fails here, naming the command and the key.
 
 Not compared: interpolations (``output_dir: runs/${data.name}`` composes other keys), MISSING (``???``) keys,
@@ -21,6 +22,7 @@ from dpr.cli.schemas import SCHEMAS
 from dpr.eval.config import EvalConfig
 from dpr.negatives.bm25_config import BM25MiningConfig
 from dpr.negatives.config import RemineConfig
+from dpr.reader.config import ReaderConfig
 from dpr.rerank.config import RerankCommandSchema
 from dpr.rerank.stage_config import TeacherStageConfig
 from dpr.resources import CONF_DIR
@@ -77,11 +79,11 @@ CASES = {
     "retrieve": [(SCHEMAS["retrieve"], ""), (RetrieveConfig, ""), (HybridConfig, "")],
     "eval": [(SCHEMAS["eval"], ""), (EvalConfig, "")],
     "train": [(SCHEMAS["train"], ""), (TrainConfig, "train.")],
-    "reader": [(SCHEMAS["reader"], "")],
+    "reader": [(SCHEMAS["reader"], ""), (ReaderConfig, "reader_cfg.")],
     "rerank": [(RerankCommandSchema, "")],
     "pipeline": [(SCHEMAS["pipeline"], ""), (BM25Config, "bm25."), (BM25MiningConfig, "bm25."),
                  (RetrieveConfig, "retrieve."), (HybridConfig, "hybrid."), (EvalConfig, "eval."),
-                 (TeacherStageConfig, "teacher_cfg."), (RemineConfig, "remine.")],
+                 (TeacherStageConfig, "teacher_cfg."), (RemineConfig, "remine."), (ReaderConfig, "reader_cfg.")],
 }
 
 

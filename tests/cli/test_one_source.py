@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 import dpr.cli.bm25  # noqa: F401  each command's module registers the groups its config composes
 import dpr.cli.encode  # noqa: F401
 import dpr.cli.pipeline  # noqa: F401
+import dpr.cli.reader  # noqa: F401
 import dpr.cli.retrieve  # noqa: F401
 from dpr import encode_config
 from dpr.bm25.config import BM25Config
@@ -23,6 +24,8 @@ from dpr.eval.config import EvalConfig
 from dpr.negatives import bm25_config
 from dpr.negatives.bm25_config import BM25MiningConfig
 from dpr.negatives.config import RemineConfig
+from dpr.reader import config as reader_config
+from dpr.reader.config import ReaderConfig
 from dpr.retrieval import config as retrieve_config
 from dpr.retrieval.config import RetrieveConfig
 from dpr.retrieval.fusion import HybridConfig
@@ -57,6 +60,8 @@ CASES = [
     ("eval", None, EvalConfig, None),
     ("pipeline", "eval", EvalConfig, None),
     ("pipeline", "remine", RemineConfig, None),
+    ("reader", "reader_cfg", ReaderConfig, None),  # nested train/eval sections: asdict recurses
+    ("pipeline", "reader_cfg", ReaderConfig, None),
 ]
 IDS = [f"{c[0]}.{c[1] or 'root'}:{c[2].__name__}" for c in CASES]
 
@@ -78,6 +83,23 @@ def test_no_yaml_restates_a_dataclass_default(command, section, cls, keys):
     written = yaml.safe_load(open(f"{CONF_DIR}/{command}.yaml")) or {}
     node = written if section is None else (written.get(section) or {})
     assert not set(node) & _fields(cls), (command, section, sorted(set(node) & _fields(cls)))
+
+
+def test_the_reader_section_is_exactly_reader_config():
+    # every reader_cfg key, nested train and eval included, comes from ReaderConfig and nothing besides
+    for command in ("reader", "pipeline"):
+        assert _compose(command)["reader_cfg"] == _defaults(ReaderConfig), command
+
+
+def test_the_reader_ranges_reach_the_range_checker():
+    # the ranges live on ReaderConfig's fields (dpr.config.ranged); the commands' schemas type reader_cfg with it
+    from dpr.cli.ranges import range_rules
+    from dpr.cli.schemas import SCHEMAS
+
+    for command in ("reader", "pipeline"):
+        rules = range_rules(SCHEMAS[command])
+        assert {"reader_cfg.stride", "reader_cfg.train.lr", "reader_cfg.eval.ks"} <= set(rules), command
+        assert rules["reader_cfg.eval.ks"][1]  # per element
 
 
 def test_the_remine_section_is_exactly_remine_config():
@@ -123,6 +145,7 @@ CHANGES = [
     (RetrieveConfig, retrieve_config.register_schema, "batch_size", [("retrieve", None), ("pipeline", "retrieve")]),
     (BM25MiningConfig, bm25_config.register_schema, "k", [("bm25", None), ("pipeline", "bm25")]),
     (BM25MiningConfig, bm25_config.register_schema, "num_negatives", [("bm25", None), ("pipeline", "bm25")]),
+    (ReaderConfig, reader_config.register_schema, "stride", [("reader", "reader_cfg"), ("pipeline", "reader_cfg")]),
 ]
 
 
