@@ -113,7 +113,9 @@ def check_shard(files: ShardFiles) -> dict | None:
             lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
         if lines != count:
             return None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        # RecursionError: a manifest nested too deeply for the JSON decoder; AttributeError: valid JSON that is no
+        # object. Either way not a finished shard of ours: absent, so a resumed encode redoes it
         return None
     return manifest
 

@@ -197,3 +197,18 @@ def test_cli_builds_ivfpq_and_reports_bad_input(emb, tmp_path):
     )
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "dpr-index: error:" in bad.stderr
+
+
+def test_a_manifest_nested_too_deeply_is_no_finished_shard(tmp_path):
+    """The JSON decoder's RecursionError on a corrupt manifest means "not finished" (redone on resume), never a crash;
+    so does valid JSON that is no object."""
+    import numpy as np
+
+    from dpr.index.shards import ShardFiles, check_shard, write_shard
+
+    write_shard(tmp_path, 0, 1, np.ones((3, 4), dtype=np.float32), ["a", "b", "c"], start=0, end=3, total=3)
+    files = ShardFiles.of(tmp_path, 0, 1)
+    assert check_shard(files) is not None
+    for bad in ("[" * 100_000 + "]" * 100_000, "[1, 2]", '"text"'):
+        files.manifest.write_text(bad)
+        assert check_shard(files) is None
