@@ -38,8 +38,6 @@ log = logging.getLogger(__name__)
 
 Ranked = list[tuple[str, float]]
 
-_DENSE = RetrieveConfig()  # DenseRetriever's option defaults: dpr-retrieve's (dpr/retrieval/config.py)
-
 
 @dataclass(frozen=True)
 class Hit:
@@ -157,11 +155,11 @@ class DenseRetriever(Retriever):
 
     def __init__(self, run_dir: str | Path, index: str | Path,
                  passages: "str | Path | datasets.Dataset | None" = None, *,
-                 batch_size: int = _DENSE.batch_size, search_batch_size: int = _DENSE.search_batch_size,
-                 device: str | None = _DENSE.device, autocast: str | None = _DENSE.autocast,
-                 weights: str | None = _DENSE.weights, index_device: str = _DENSE.index_device,
-                 nprobe: int | None = _DENSE.nprobe, ef_search: int | None = _DENSE.ef_search,
-                 max_length: int | None = _DENSE.max_length, cache_dir: str | Path | None = None) -> None:
+                 batch_size: int = RetrieveConfig.batch_size, search_batch_size: int = RetrieveConfig.search_batch_size,
+                 device: str | None = RetrieveConfig.device, autocast: str | None = RetrieveConfig.autocast,
+                 weights: str | None = RetrieveConfig.weights, index_device: str = RetrieveConfig.index_device,
+                 nprobe: int | None = RetrieveConfig.nprobe, ef_search: int | None = RetrieveConfig.ef_search,
+                 max_length: int | None = RetrieveConfig.max_length, cache_dir: str | Path | None = None) -> None:
         import torch
 
         from dpr.distributed import device as default_device
