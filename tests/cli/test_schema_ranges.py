@@ -132,8 +132,10 @@ def _bm25_runs(key: str, value) -> None:
     assert (scores == scores).all() and abs(scores).max() < 1e30 and rows.shape[1] >= 1
 
 
+# No "${" in the strings: OmegaConf.update would read it as an interpolation and fail in its own parser before
+# any schema sees the value (on the command line Hydra's override grammar refuses it first, in one line).
 values = st.one_of(st.sampled_from(EDGE), st.integers(-2 ** 70, 2 ** 70),
-                   st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4))
+                   st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4).filter(lambda t: "${" not in t))
 
 
 @pytest.mark.parametrize("cmd, key, kind, is_list, optional", KEYS, ids=[f"{c}:{k}" for c, k, *_ in KEYS])
