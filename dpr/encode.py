@@ -167,6 +167,7 @@ def encode_corpus(
     cache_dir: str | Path | None = None,
     progress: bool = True,
     compile: bool | str | None = _D.compile,
+    length_sort: str = _D.length_sort,
 ) -> Path:
     """Encode the passages with the passage tower into ``output_dir``; returns ``output_dir``.
 
@@ -182,7 +183,9 @@ def encode_corpus(
     (default: datasets' cache); ``weights`` "auto" (= fp32) | "fp32" | "bf16" (`dpr.models.weights`: bf16
     weights replace autocast; recorded in the manifests, and a resume with another setting is refused);
     ``compile`` (`dpr.models.compile`: the passage tower through ``torch.compile(dynamic=True)``; a torch
-    lever, so ``runtime=auto`` is torch with it; recorded and refused on a mixed resume as ``weights``).
+    lever, so ``runtime=auto`` is torch with it; recorded and refused on a mixed resume as ``weights``);
+    ``length_sort`` "tokens" | "chars" | "none" (`dpr.models.iter_encode_batches`: how each chunk is batched; the
+    same vectors up to rounding, so not recorded, like ``batch_size``).
     """
     from dpr.data.passages import load_passages
 
@@ -193,6 +196,10 @@ def encode_corpus(
     check_int("num_shards", num_shards, 1, MAX_SHARDS)
     check_optional_int("shard_id", shard_id, 0, int(num_shards) - 1, f" (num_shards={num_shards})")
     check_max_length(max_length)  # the model's own bound once it is loaded, before anything is encoded
+    from dpr.models.inference import LENGTH_SORTS
+
+    if length_sort not in LENGTH_SORTS:
+        raise ValueError(f"length_sort must be one of {LENGTH_SORTS}, got {length_sort!r}")
     from dpr.models.compile import compile_tower, require_compile, resolve_compile
     from dpr.models.onnx_runtime import require_onnxruntime, resolve_runtime
     from dpr.models.quantize import quantize_for_inference, resolve_quantize
@@ -278,7 +285,7 @@ def encode_corpus(
                     ids_f.write(pid + "\n")
                 for pos, vecs in iter_encode_batches(
                     model, tokenizer, rows["text"], "passage", batch_size=batch_size, max_length=max_length,
-                    device=dev, autocast=autocast, titles=rows["title"], runner=runner,
+                    device=dev, autocast=autocast, titles=rows["title"], runner=runner, length_sort=length_sort,
                 ):
                     arr = vecs.numpy().astype(np_dtype)
                     if not np.isfinite(arr).all():

@@ -36,6 +36,9 @@ class EncodeConfig:
     # passages pulled from Arrow per step (length-sorted within it): big enough for good length-sorting, small
     # enough that memory stays flat on a 21M-passage corpus
     chunk_size: int = 16_384
+    # tokens (tokenize each chunk once, batch by token count) | chars (by characters, tokenizing batch by batch:
+    # sentence-transformers' rule) | none (file order); the same vectors up to rounding (dpr/models/inference.py)
+    length_sort: str = "tokens"
 
 
 # The keys of the pipeline's ``encode`` section. The others keep EncodeConfig's defaults there (the pipeline

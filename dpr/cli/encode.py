@@ -25,7 +25,7 @@ def _run(cfg: DictConfig) -> None:
         cfg.model_path, cfg.passages, cfg.output_dir,
         shard_id=cfg.shard_id, num_shards=cfg.num_shards, batch_size=cfg.batch_size, dtype=cfg.dtype,
         autocast=cfg.autocast, quantize=cfg.quantize, runtime=cfg.runtime, device=cfg.device, max_length=cfg.max_length,
-        chunk_size=cfg.chunk_size, weights=cfg.weights, compile=cfg.compile,
+        chunk_size=cfg.chunk_size, weights=cfg.weights, compile=cfg.compile, length_sort=cfg.length_sort,
     )
     print(f"dpr-encode: embeddings in {out}")
 

@@ -120,6 +120,7 @@ class EncodeSchema:
     chunk_size: int = ranged(_ENCODE.chunk_size, 1, INT32_MAX)
     weights: str = _ENCODE.weights
     compile: bool = _ENCODE.compile
+    length_sort: str = _ENCODE.length_sort
 
 
 @dataclass

@@ -64,6 +64,12 @@ def test_bench_encode_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch,
     assert "bf16-weights" not in rep["ratio_levers"]  # no bf16 rows on a CPU without bf16
     assert {r["system"]: r["levers"] for r in rep["rows"] if r["system"].startswith("ours")}["ours-onnx"] == [
         "encode.runtime=onnx"]
+    # the batching before token sorting: its own row, the same vectors, never fewer padded tokens
+    char = next(r for r in rep["rows"] if r["system"] == "ours-char-sort")
+    assert char["precision"] == "fp32" and char["levers"] == ["encode.autocast=off", "encode.length_sort=chars"]
+    assert char["cosine_min_vs_ours_fp32"] >= 0.9999 and char["top20_equal_ours_fp32"] is True
+    assert rep["tokens"] <= rep["padded_tokens"] <= rep["padded_tokens_char_sort"]
+    assert rep["ratio_levers"]["char-sort"]["vs_peer_default"] > 0
 
 
 def test_bench_encode_bf16_weights_row(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
