@@ -92,6 +92,9 @@ def _tokenize_rows(tokenizer: Any, texts: list[str], titles: list[str] | None,
 
 
 LENGTH_SORTS = ("tokens", "chars", "none")
+# Texts tokenized ahead at a time under length_sort="tokens", and sorted within: memory stays flat however many
+# texts a caller hands over (the frozen-index cache encodes a whole training corpus in one call).
+TOKENIZE_CHUNK = 16_384
 
 
 def batch_positions(texts: Sequence[str], titles: Sequence[str] | None, batch_size: int,
@@ -163,17 +166,8 @@ def iter_encode_batches(
     bi.eval()
     try:
         with tqdm(total=len(texts), desc=f"encode {tower}s", unit="text", disable=not progress) as bar:
-            rows = tokenize_each(tokenizer, texts, titles, max_length, bi.config.prefix(tower)) \
-                if length_sort == "tokens" else None
-            lengths = [len(r["input_ids"]) for r in rows] if rows is not None else None
-            for idx in batch_positions(texts, titles, batch_size, length_sort != "none", lengths):
-                batch = pad_tokenized(tokenizer, [rows[i] for i in idx]) if rows is not None else tokenize_batch(
-                    tokenizer,
-                    [texts[i] for i in idx],
-                    [titles[i] for i in idx] if titles is not None else None,
-                    max_length,
-                    prefix=bi.config.prefix(tower),
-                )
+            for idx, batch in _padded_batches(tokenizer, texts, titles, batch_size, max_length,
+                                              bi.config.prefix(tower), length_sort):
                 inputs = {k: batch[k].to(dev) for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
                 # Grad/autocast modes are thread-wide: enter them per batch, never across the yield,
                 # or they would leak into the consumer's code while this generator is suspended.
@@ -185,6 +179,22 @@ def iter_encode_batches(
                 bar.update(len(idx))
     finally:
         bi.train(was_training)
+
+
+def _padded_batches(tokenizer: Any, texts: Sequence[str], titles: Sequence[str] | None, batch_size: int,
+                    max_length: int, prefix: str, length_sort: str) -> Iterator[tuple[list[int], dict]]:
+    """``(positions, padded inputs)`` per batch, in encoding order (:func:`iter_encode_batches`' ``length_sort``)."""
+    if length_sort != "tokens":
+        for idx in batch_positions(texts, titles, batch_size, length_sort != "none"):
+            yield idx, tokenize_batch(tokenizer, [texts[i] for i in idx],
+                                      [titles[i] for i in idx] if titles is not None else None, max_length, prefix)
+        return
+    for start in range(0, len(texts), TOKENIZE_CHUNK):
+        end = min(start + TOKENIZE_CHUNK, len(texts))
+        rows = tokenize_each(tokenizer, texts[start:end], titles[start:end] if titles is not None else None,
+                             max_length, prefix)
+        for idx in batch_positions(rows, None, batch_size, lengths=[len(r["input_ids"]) for r in rows]):
+            yield [start + i for i in idx], pad_tokenized(tokenizer, [rows[i] for i in idx])
 
 
 def encode_texts(

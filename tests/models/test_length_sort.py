@@ -72,6 +72,20 @@ def test_token_batches_are_longest_first_and_pad_less_than_char_batches(tiny_mod
     assert order == [0, 2, 1, 3]  # longest first, equal lengths in input order
 
 
+def test_token_sorting_goes_chunk_by_chunk(tiny_model_dir, monkeypatch):
+    """Texts are tokenized ahead a chunk at a time (memory stays flat on a whole corpus), each text once."""
+    import dpr.models.inference as inference
+
+    model, tok = _model(tiny_model_dir)
+    whole = encode_texts(model, tok, TEXTS, "passage", batch_size=2, autocast="off", titles=TITLES)
+    monkeypatch.setattr(inference, "TOKENIZE_CHUNK", 4)
+    batches = list(iter_encode_batches(model, tok, TEXTS, "passage", batch_size=3, autocast="off", titles=TITLES))
+    assert [len(idx) for idx, _ in batches] == [3, 1, 2]  # chunks [0, 4) and [4, 6), each cut into batches of 3
+    assert sorted(i for idx, _ in batches for i in idx) == list(range(len(TEXTS)))
+    chunked = encode_texts(model, tok, TEXTS, "passage", batch_size=2, autocast="off", titles=TITLES)
+    assert torch.allclose(whole, chunked, atol=1e-5)
+
+
 def test_a_bad_length_sort_is_refused(tiny_model_dir, tmp_path):
     from dpr.encode import encode_corpus
 
