@@ -196,10 +196,9 @@ def encode_corpus(
     check_int("num_shards", num_shards, 1, MAX_SHARDS)
     check_optional_int("shard_id", shard_id, 0, int(num_shards) - 1, f" (num_shards={num_shards})")
     check_max_length(max_length)  # the model's own bound once it is loaded, before anything is encoded
-    from dpr.models.inference import LENGTH_SORTS
+    from dpr.models.inference import check_length_sort
 
-    if length_sort not in LENGTH_SORTS:
-        raise ValueError(f"length_sort must be one of {LENGTH_SORTS}, got {length_sort!r}")
+    check_length_sort(length_sort)
     from dpr.models.compile import compile_tower, require_compile, resolve_compile
     from dpr.models.onnx_runtime import require_onnxruntime, resolve_runtime
     from dpr.models.quantize import quantize_for_inference, resolve_quantize

@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.encode import encode_corpus
     from dpr.models import encode_texts, load_biencoder
     from dpr.models.hub import resolve_model_name
-    from dpr.models.inference import batch_positions, tokenize_each
+    from dpr.models.inference import padded_batches
     from dpr.models.onnx_runtime import resolve_runtime
     from dpr.models.quantize import quantize_for_inference
     from dpr.models.weights import cast_weights
@@ -253,12 +253,13 @@ def main(argv: list[str] | None = None) -> dict:
     timed = best_times(fns, args.repeat, clock)
     peaks = {p: matmul_peak_gflops(p, args.peak_n) for p in precisions}
 
-    # The shapes our encoder computes on: its own batching (by token count; the char-sort row by characters),
-    # each batch padded to its longest.
-    max_len = model.config.passage_max_length
-    lengths = [len(r["input_ids"]) for r in tokenize_each(tok, texts, titles, max_len)]
-    shapes, char_shapes = ([(len(idx), max(lengths[i] for i in idx)) for idx in batch_positions(texts, titles, bs, **kw)]
-                           for kw in ({"lengths": lengths}, {}))
+    # The shapes our encoder computes on: its own batches (by token count; the char-sort row's by characters),
+    # each padded to its longest.
+    padded = {sort: [batch["attention_mask"] for _, batch in padded_batches(
+        tok, texts, titles, bs, model.config.passage_max_length, model.config.prefix("passage"), sort)]
+        for sort in ("tokens", "chars")}
+    shapes, char_shapes = ([tuple(mask.shape) for mask in padded[sort]] for sort in ("tokens", "chars"))
+    real_tokens = int(sum(int(mask.sum()) for mask in padded["tokens"]))
     flops = total_flops(model.question_encoder.config, shapes)
     char_flops = total_flops(model.question_encoder.config, char_shapes)
     ref = timed[("ours", "fp32")][1]
@@ -315,7 +316,7 @@ def main(argv: list[str] | None = None) -> dict:
     default = "bf16" if default_system == "ours" and bf16 and args.autocast in ("auto", "bf16") else "fp32"
     extra = {"n": n, "batch_size": bs, "threads": torch.get_num_threads(), "clock": args.clock,
              "padded_tokens": int(sum(b * s for b, s in shapes)), "gflop": flops / 1e9,
-             "tokens": int(sum(lengths)), "padded_tokens_char_sort": int(sum(b * s for b, s in char_shapes)),
+             "tokens": real_tokens, "padded_tokens_char_sort": int(sum(b * s for b, s in char_shapes)),
              "qa_questions": args.qa and len(questions)}
     if skipped:
         extra["skipped"] = skipped

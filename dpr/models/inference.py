@@ -97,6 +97,12 @@ LENGTH_SORTS = ("tokens", "chars", "none")
 TOKENIZE_CHUNK = 16_384
 
 
+def check_length_sort(length_sort: str) -> None:
+    """One-line ValueError unless ``length_sort`` is one of :data:`LENGTH_SORTS` (callers check before any work)."""
+    if length_sort not in LENGTH_SORTS:
+        raise ValueError(f"length_sort must be one of {LENGTH_SORTS}, got {length_sort!r}")
+
+
 def batch_positions(texts: Sequence[str], titles: Sequence[str] | None, batch_size: int,
                     sort_by_length: bool = True, lengths: Sequence[int] | None = None) -> list[list[int]]:
     """The positions of each batch, in encoding order: by length, longest first (equal lengths in input
@@ -146,8 +152,7 @@ def iter_encode_batches(
     """
     if tower not in TOWERS:
         raise ValueError(f"tower must be one of {TOWERS}, got {tower!r}")
-    if length_sort not in LENGTH_SORTS:
-        raise ValueError(f"length_sort must be one of {LENGTH_SORTS}, got {length_sort!r}")
+    check_length_sort(length_sort)
     if titles is not None and len(titles) != len(texts):
         raise ValueError(f"{len(titles)} titles for {len(texts)} texts")
     if batch_size < 1:
@@ -166,7 +171,7 @@ def iter_encode_batches(
     bi.eval()
     try:
         with tqdm(total=len(texts), desc=f"encode {tower}s", unit="text", disable=not progress) as bar:
-            for idx, batch in _padded_batches(tokenizer, texts, titles, batch_size, max_length,
+            for idx, batch in padded_batches(tokenizer, texts, titles, batch_size, max_length,
                                               bi.config.prefix(tower), length_sort):
                 inputs = {k: batch[k].to(dev) for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
                 # Grad/autocast modes are thread-wide: enter them per batch, never across the yield,
@@ -181,9 +186,10 @@ def iter_encode_batches(
         bi.train(was_training)
 
 
-def _padded_batches(tokenizer: Any, texts: Sequence[str], titles: Sequence[str] | None, batch_size: int,
+def padded_batches(tokenizer: Any, texts: Sequence[str], titles: Sequence[str] | None, batch_size: int,
                     max_length: int, prefix: str, length_sort: str) -> Iterator[tuple[list[int], dict]]:
-    """``(positions, padded inputs)`` per batch, in encoding order (:func:`iter_encode_batches`' ``length_sort``)."""
+    """``(positions, padded inputs)`` per batch, in encoding order: the batches :func:`iter_encode_batches`
+    feeds the tower (``prefix`` already the tower's; ``length_sort`` as there)."""
     if length_sort != "tokens":
         for idx in batch_positions(texts, titles, batch_size, length_sort != "none"):
             yield idx, tokenize_batch(tokenizer, [texts[i] for i in idx],
