@@ -3,7 +3,7 @@
 Every check returns the value as the plain Python type it must be (``int`` / ``float``) or raises one
 line naming the argument, what it got and the allowed range: TypeError for a wrong type (``k=2.5``,
 ``questions=[123]``), ValueError for a value out of range or not finite (``k=0``, ``weight=nan``).
-A leaf: imports nothing from dpr.
+Imports only dpr.errors (the range wording).
 """
 
 from __future__ import annotations
@@ -12,20 +12,9 @@ import math
 import numbers
 from typing import Any, Iterable, Mapping
 
+from dpr.errors import describe_range  # noqa: F401 - the wording of every range message, re-exported
+
 INT32_MAX = 2 ** 31 - 1  # FAISS and bm25s take C ints: larger values would wrap or abort
-
-
-def describe_range(lo: float | None, hi: float | None, lo_open: bool = False) -> str:
-    """``[1, 100]``, ``>= 1``, ``> 0``, ``<= 5`` or ``any``, the wording every message uses."""
-    def num(x: float) -> str:
-        return f"{x:g}" if isinstance(x, float) else str(x)
-    if lo is not None and hi is not None:
-        return f"{'(' if lo_open else '['}{num(lo)}, {num(hi)}]"
-    if lo is not None:
-        return f"{'>' if lo_open else '>='} {num(lo)}"
-    if hi is not None:
-        return f"<= {num(hi)}"
-    return "any finite number"
 
 
 def in_range(value: float, lo: float | None, hi: float | None, lo_open: bool = False) -> bool:

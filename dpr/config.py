@@ -7,6 +7,8 @@ import math
 import numbers
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+from dpr.errors import describe_range
+
 T = TypeVar("T")
 
 
@@ -64,14 +66,7 @@ class Range:
 
     def interval(self) -> str:
         """The bounds alone: ``[1, 100]``, ``(0, 1)``, ``>= 1``, ``<= 5``, or ``any finite number``."""
-        lo, hi = _num(self.lo), _num(self.hi)
-        if lo is not None and hi is not None:
-            return f"{'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
-        if lo is not None:
-            return f"{'>' if self.lo_open else '>='} {lo}"
-        if hi is not None:
-            return f"{'<' if self.hi_open else '<='} {hi}"
-        return "any finite number"
+        return describe_range(self.lo, self.hi, self.lo_open, self.hi_open)
 
     def describe(self) -> str:
         """What a value must be, in words: ``an integer in [1, 100] or null (0: off)``."""
@@ -99,11 +94,6 @@ def ranged(default: Any, lo: float | None = None, hi: float | None = None, note:
 def ranged_list(lo: float | None = None, hi: float | None = None, default: Callable[[], list] = list) -> Any:
     """A list field whose every element has the range."""
     return dataclasses.field(default_factory=default, metadata={"range": Range(lo, hi, optional=True), "each": True})
-
-
-def _num(x: float | None) -> str | None:
-    # an int bound as written (1000000, not 1e+06), a float as %g (0.0001, 10000)
-    return None if x is None else f"{x:g}" if isinstance(x, float) else str(x)
 
 
 def Int(lo: int | None = None, hi: int | None = None, **kw: Any) -> Range:  # noqa: N802 - reads as a type

@@ -1,4 +1,5 @@
-"""The one error type for bad input: it names the file, the line or record, and the field."""
+"""The one error type for bad input (it names the file, the line or record, and the field) and the one wording
+of an allowed range in every message (`describe_range`: the argument checks and the config schemas)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,17 @@ class DataError(ValueError):
             where += f":{line}"
         what = f"field '{field}': " if field else ""
         super().__init__(f"{where}: {what}{message}")
+
+
+def describe_range(lo: float | None, hi: float | None, lo_open: bool = False, hi_open: bool = False) -> str:
+    """``[1, 100]``, ``(0, 1)``, ``>= 1``, ``> 0``, ``<= 5`` or ``any finite number``; an int bound as written
+    (1000000, not 1e+06), a float as %g (0.0001, 10000)."""
+    def num(x: float) -> str:
+        return f"{x:g}" if isinstance(x, float) else str(x)
+    if lo is not None and hi is not None:
+        return f"{'(' if lo_open else '['}{num(lo)}, {num(hi)}{')' if hi_open else ']'}"
+    if lo is not None:
+        return f"{'>' if lo_open else '>='} {num(lo)}"
+    if hi is not None:
+        return f"{'<' if hi_open else '<='} {num(hi)}"
+    return "any finite number"

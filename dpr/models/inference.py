@@ -103,19 +103,20 @@ def check_length_sort(length_sort: str) -> None:
         raise ValueError(f"length_sort must be one of {LENGTH_SORTS}, got {length_sort!r}")
 
 
-def batch_positions(texts: Sequence[str], titles: Sequence[str] | None, batch_size: int,
-                    sort_by_length: bool = True, lengths: Sequence[int] | None = None) -> list[list[int]]:
-    """The positions of each batch, in encoding order: by length, longest first (equal lengths in input
-    order), so each batch pads only to its own longest; in input order without ``sort_by_length``.
-    The length is ``lengths[i]`` (token counts) where given, else the characters of text + title."""
-    def length(i: int) -> int:
-        if lengths is not None:
-            return int(lengths[i])
-        return len(texts[i]) + (len(titles[i]) if titles is not None else 0)
-
+def length_batches(lengths: Sequence[int], batch_size: int, sort_by_length: bool = True) -> list[list[int]]:
+    """The positions of each batch, in encoding order: by ``lengths``, longest first (equal lengths in input
+    order), so each batch pads only to its own longest; in input order without ``sort_by_length``."""
     # Longest first: the first batch shows the peak memory right away, not at the end of a long run.
-    order = sorted(range(len(texts)), key=length, reverse=True) if sort_by_length else list(range(len(texts)))
+    order = (sorted(range(len(lengths)), key=lambda i: int(lengths[i]), reverse=True) if sort_by_length
+             else list(range(len(lengths))))
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def batch_positions(texts: Sequence[str], titles: Sequence[str] | None, batch_size: int,
+                    sort_by_length: bool = True) -> list[list[int]]:
+    """:func:`length_batches` by the characters of text + title (``length_sort=chars``, the peer's rule)."""
+    return length_batches([len(t) + (len(titles[i]) if titles is not None else 0) for i, t in enumerate(texts)],
+                          batch_size, sort_by_length)
 
 
 def _unwrap(model: nn.Module) -> BiEncoder:
@@ -199,7 +200,7 @@ def padded_batches(tokenizer: Any, texts: Sequence[str], titles: Sequence[str] |
         end = min(start + TOKENIZE_CHUNK, len(texts))
         rows = tokenize_each(tokenizer, texts[start:end], titles[start:end] if titles is not None else None,
                              max_length, prefix)
-        for idx in batch_positions(rows, None, batch_size, lengths=[len(r["input_ids"]) for r in rows]):
+        for idx in length_batches([len(r["input_ids"]) for r in rows], batch_size):
             yield [start + i for i in idx], pad_tokenized(tokenizer, [rows[i] for i in idx])
 
 

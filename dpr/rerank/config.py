@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional
 from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
 
 LOSS_NAMES = ("listwise", "bce")
+NEGATIVE_SOURCES = ("mined", "random", "mixed")
 PRECISIONS = ("auto", "fp32", "bf16")
 METRICS_QA = ("mrr", "top1", "top5", "top20")
 METRICS_QRELS = ("ndcg@10", "mrr@10", "recall@10")
@@ -25,6 +26,8 @@ class RerankTrainConfig:
     # in bf16, BM25 dev top-20 reranked from top-1 80.0 to 86.5 (first 200 dev questions)
     batch_size: int = 8               # questions per step (each brings 1 + negatives pairs)
     negatives: int = 3                # N: BM25-mined negatives per question (topped up from other questions' passages)
+    negatives_from: str = "mined"     # mined | random: all N drawn from the training passages | mixed: ceil(N/2)
+                                      # mined, the rest random (nfcorpus's mined top 30 hold unjudged relevant docs)
     loss: str = "listwise"            # listwise: softmax CE over the group | bce: pointwise binary CE
     epochs: int = 1
     max_steps: int = 300              # > 0 overrides epochs (< ~100 steps the new head still scores a group alike)
@@ -77,6 +80,7 @@ class RerankConfig:
         check_ranges(self, RERANK_RANGES, "rerank")  # the common checker (dpr/config.py)
         check_ranges(t, RERANK_TRAIN_RANGES, "rerank.train")
         _choice(t, "loss", LOSS_NAMES, "rerank.train")
+        _choice(t, "negatives_from", NEGATIVE_SOURCES, "rerank.train")
         _choice(t, "precision", PRECISIONS, "rerank.train")
         _choice(t, "best_metric", ("auto", *METRICS_QA, *METRICS_QRELS), "rerank.train")
         if t.max_steps == 0 and t.epochs == 0:
@@ -92,9 +96,11 @@ class RerankConfig:
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        if not d["train"]["length_bucket_size"]:
-            # added after teacher runs were recorded: 0 is what they ran, so their fingerprints still hold
-            del d["train"]["length_bucket_size"]
+        # keys added after teacher runs were recorded: at the value those runs had, they are left out, so
+        # the recorded fingerprints still hold
+        for key, recorded in (("length_bucket_size", 0), ("negatives_from", "mined")):
+            if d["train"][key] == recorded:
+                del d["train"][key]
         return d
 
 

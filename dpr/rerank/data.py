@@ -5,7 +5,8 @@ The filters are the bi-encoder trainer's, imported rather than rewritten:
 - examples without a positive are skipped (`dpr.training.batching.load_examples`);
 - negatives are ``hard_negative_ctxs`` (BM25-mined) then ``negative_ctxs``, shuffled and cut to N per
   (seed, epoch, example), topped up from all training passages when a question has too few
-  (`dpr.training.batching.make_item` / `NegativePool`); the positive is drawn per (seed, epoch, example)
+  (`dpr.training.batching.make_item` / `NegativePool`); ``negatives_from`` = ``random`` draws all N from
+  those passages, ``mixed`` keeps ceil(N/2) mined ones (`mined_share`); the positive is drawn per (seed, epoch, example)
   among ``positive_ctxs`` (so on qrels data every judged document with a text takes its turn);
 - a passage judged relevant (``positive_ctxs`` and, on qrels data, every ``qrels`` grade >= 1:
   `dpr.data.retriever_json.relevant_ids`) or containing one of the answers (DPR's has_answer rule, on the
@@ -23,6 +24,7 @@ import math
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
+import numpy as np
 import torch
 
 from dpr.data.retriever_json import relevant_ids
@@ -61,11 +63,29 @@ def without_false_negatives(example: dict) -> dict:
             "negative_ctxs": [c for c in example["negative_ctxs"] if ok(c)]}
 
 
+def mined_share(negatives: int, source: str) -> int:
+    """How many of a group's ``negatives`` come from its mined lists; `make_item` draws the rest from the pool."""
+    return {"mined": negatives, "random": 0, "mixed": math.ceil(negatives / 2)}[source]
+
+
+def keep_mined(example: dict, idx: int, epoch: int, seed: int, keep: int) -> dict:
+    """``example`` with at most ``keep`` of its (already filtered) mined negatives, a seeded draw per
+    (seed, epoch, example), so that `make_item` tops the group up from the pool of training passages."""
+    mined = example["hard_negative_ctxs"] + example["negative_ctxs"]
+    if len(mined) <= keep:
+        return example
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch), int(idx), 1])  # not make_item's stream
+    chosen = sorted(rng.choice(len(mined), size=keep, replace=False).tolist())
+    return {**example, "hard_negative_ctxs": [mined[j] for j in chosen], "negative_ctxs": []}
+
+
 def make_group(example: dict, idx: int, epoch: int, seed: int, negatives: int, pool: NegativePool,
-               multi_positive: bool) -> Group:
+               multi_positive: bool, negatives_from: str = "mined") -> Group:
     """Example ``idx``'s group for ``epoch``: its positive and exactly ``negatives`` other passages."""
-    item = make_item(without_false_negatives(example), idx, epoch, seed, negatives, pool,
-                     shuffle_positives=True, shuffle_hard_negatives=True)
+    cleaned = without_false_negatives(example)
+    if negatives_from != "mined":
+        cleaned = keep_mined(cleaned, idx, epoch, seed, mined_share(negatives, negatives_from))
+    item = make_item(cleaned, idx, epoch, seed, negatives, pool, shuffle_positives=True, shuffle_hard_negatives=True)
     masks = pair_masks([item.as_question()], [c["passage_id"] for c in item.passages],
                        [c["text"] for c in item.passages], [0], multi_positive=multi_positive, mask_answers=True)
     return Group(item.question, list(item.passages), masks.positive[0].tolist(), masks.ignore[0].tolist())
@@ -75,12 +95,14 @@ class GroupBatches:
     """The seeded batches of groups of one training file (holds the cleaned examples and the pool)."""
 
     def __init__(self, examples: Sequence[dict], batch_size: int, negatives: int, seed: int,
-                 multi_positive: bool) -> None:
+                 multi_positive: bool, negatives_from: str = "mined") -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.examples = list(examples)
         self.batch_size, self.negatives, self.seed = int(batch_size), int(negatives), int(seed)
         self.multi_positive = bool(multi_positive)
+        mined_share(0, negatives_from)  # a KeyError here is a caller's bug: the config checks the name
+        self.negatives_from = negatives_from
         self.pool = NegativePool(self.examples)
         self._perm: tuple[int, Any] = (-1, None)
 
@@ -95,7 +117,7 @@ class GroupBatches:
             self._perm = (epoch, epoch_permutation(len(self.examples), self.seed, epoch))
         idx = self._perm[1][pos * self.batch_size:(pos + 1) * self.batch_size].tolist()
         return epoch, [make_group(self.examples[i], i, epoch, self.seed, self.negatives, self.pool,
-                                  self.multi_positive) for i in idx]
+                                  self.multi_positive, self.negatives_from) for i in idx]
 
 
 def collate(groups: Sequence[Group], tokenizer: Any, max_length: int, use_title: bool) -> dict[str, torch.Tensor]:

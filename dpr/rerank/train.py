@@ -111,7 +111,8 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
     examples, kind = read_groups_source(train_path)
     if tcfg.max_questions > 0:
         examples = examples[: tcfg.max_questions]
-    batches = GroupBatches(examples, tcfg.batch_size, tcfg.negatives, tcfg.seed, multi_positive=kind == "qrels")
+    batches = GroupBatches(examples, tcfg.batch_size, tcfg.negatives, tcfg.seed, multi_positive=kind == "qrels",
+                           negatives_from=tcfg.negatives_from)
     total = tcfg.max_steps if tcfg.max_steps > 0 else batches.steps_per_epoch * tcfg.epochs
     validator = None
     if dev:

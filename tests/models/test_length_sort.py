@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from dpr.models import BiEncoderConfig, build_biencoder, encode_texts, iter_encode_batches
 from dpr.models.hub import default_model_path
-from dpr.models.inference import batch_positions, pad_tokenized, tokenize_batch, tokenize_each
+from dpr.models.inference import length_batches, pad_tokenized, tokenize_batch, tokenize_each
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -68,7 +68,7 @@ def test_token_batches_are_longest_first_and_pad_less_than_char_batches(tiny_mod
         assert sorted(i for idx in batches for i in idx) == [0, 1, 2, 3]
         padded[sort] = sum(max(lengths[i] for i in idx) * len(idx) for idx in batches)
     assert padded == {"tokens": 42, "chars": 68}
-    order = [i for idx in batch_positions(MISJUDGED, None, 2, lengths=lengths) for i in idx]
+    order = [i for idx in length_batches(lengths, 2) for i in idx]
     assert order == [0, 2, 1, 3]  # longest first, equal lengths in input order
 
 

@@ -267,3 +267,39 @@ def test_a_system_reranked_with_another_systems_logits_is_the_same_list_scoring_
     assert [[c["id"] for c in r["ctxs"]] for r in again] == [[c["id"] for c in r["ctxs"]] for r in fresh]
     assert [c["score"] for r in again for c in r["ctxs"][:3]] == pytest.approx(
         [c["score"] for r in fresh for c in r["ctxs"][:3]], abs=1e-5)
+
+
+def _many_topic_examples(n: int = 12) -> list[dict]:
+    """Questions with 4 mined negatives each, every passage its own; the pool holds all of them."""
+    return [{"question": f"q{i}", "answers": [], "negative_ctxs": [],
+             "positive_ctxs": [_ctx(f"p{i}", f"positive {i}")],
+             "hard_negative_ctxs": [_ctx(f"h{i}_{j}", f"mined {i} {j}") for j in range(4)]} for i in range(n)]
+
+
+@pytest.mark.parametrize("source,mined", [("mined", 3), ("mixed", 2), ("random", None)])
+def test_negatives_from_sets_how_many_negatives_are_mined(source, mined):
+    from dpr.rerank.data import GroupBatches
+
+    examples = _many_topic_examples()
+    batches = GroupBatches(examples, 4, 3, seed=3, multi_positive=False, negatives_from=source)
+    again = GroupBatches(examples, 4, 3, seed=3, multi_positive=False, negatives_from=source)
+    counts = []
+    for step in range(30):
+        _, groups = batches.groups(step)
+        assert groups == again.groups(step)[1]  # seeded: a function of (seed, step)
+        for g in groups:
+            i = g.question[1:]
+            ids = [c["passage_id"] for c in g.passages]
+            assert ids[0] == f"p{i}" and len(set(ids)) == 4
+            counts.append(sum(pid.startswith(f"h{i}_") for pid in ids[1:]))
+    # the rest are drawn from the 60 training passages, which hold the question's other mined ones by chance
+    assert min(counts) == (mined or 0) and sum(counts) / len(counts) < (mined or 0) + 0.6
+    if source == "mined":
+        assert set(counts) == {3}
+
+
+def test_negatives_from_is_checked_and_left_out_of_old_fingerprints():
+    with pytest.raises(ValueError, match="rerank.train.negatives_from='top'"):
+        RerankConfig.from_dict({"train": {"negatives_from": "top"}})
+    assert "negatives_from" not in RerankConfig().as_dict()["train"]  # mined: the recorded runs' behaviour
+    assert RerankConfig.from_dict({"train": {"negatives_from": "mixed"}}).as_dict()["train"]["negatives_from"] == "mixed"
