@@ -30,7 +30,7 @@ import torch
 from dpr.data.retriever_json import relevant_ids
 from dpr.negatives.filters import false_negative
 from dpr.rerank.model import document_text, tokenize_pairs
-from dpr.training.batching import NegativePool, epoch_permutation, load_examples, make_item
+from dpr.training.batching import NegativePool, epoch_permutation, load_examples, make_item, warn_topped_up
 from dpr.training.masks import pair_masks
 
 
@@ -101,9 +101,10 @@ class GroupBatches:
         self.examples = list(examples)
         self.batch_size, self.negatives, self.seed = int(batch_size), int(negatives), int(seed)
         self.multi_positive = bool(multi_positive)
-        mined_share(0, negatives_from)  # a KeyError here is a caller's bug: the config checks the name
         self.negatives_from = negatives_from
         self.pool = NegativePool(self.examples)
+        # (a KeyError from mined_share is a caller's bug: the config checks the name)
+        warn_topped_up(self.examples, mined_share(self.negatives, negatives_from))
         self._perm: tuple[int, Any] = (-1, None)
 
     @property

@@ -216,6 +216,25 @@ class NegativePool:
         return out
 
 
+def warn_topped_up(examples: Sequence[dict], negatives: int) -> int:
+    """Log (one warning) how many questions have fewer than ``negatives`` mined negatives of their own, whose
+    draws `make_item` tops up at random from the pool: a training file that was never mined (``dpr-data``
+    without ``dpr-bm25 mine=true``) trains on random negatives, which should not pass unsaid. Returns the count."""
+    if negatives <= 0:
+        return 0
+    short = none = 0
+    for ex in examples:
+        own = {c["passage_id"] for c in ex["positive_ctxs"]}
+        n = len({c["passage_id"] for c in ex["hard_negative_ctxs"] + ex["negative_ctxs"]} - own)
+        short += n < negatives
+        none += n == 0
+    if short:
+        log.warning("%d of %d training questions have fewer than %d mined negatives (%d have none): the rest are "
+                    "drawn at random from the training passages%s", short, len(examples), negatives, none,
+                    " (is the file mined? dpr-bm25 mine=true)" if none == len(examples) else "")
+    return short
+
+
 def make_item(
     example: dict,
     idx: int,
@@ -323,6 +342,8 @@ class TrainBatches:
         self.shuffle_hard_negatives, self.dedup_positives = shuffle_hard_negatives, dedup_positives
         self.topics = [positive_topic(ex) for ex in examples] if topic_batches else None
         self.pool = NegativePool(examples) if hard_negatives > 0 else None
+        if rank == 0:
+            warn_topped_up(examples, hard_negatives)
         self._cache: dict[int, list[list[int]]] = {}
 
     @classmethod

@@ -303,3 +303,23 @@ def test_negatives_from_is_checked_and_left_out_of_old_fingerprints():
         RerankConfig.from_dict({"train": {"negatives_from": "top"}})
     assert "negatives_from" not in RerankConfig().as_dict()["train"]  # mined: the recorded runs' behaviour
     assert RerankConfig.from_dict({"train": {"negatives_from": "mixed"}}).as_dict()["train"]["negatives_from"] == "mixed"
+
+
+def test_an_unmined_training_file_is_said_once_not_trained_on_in_silence(caplog):
+    from dpr.rerank.data import GroupBatches
+    from dpr.training.batching import warn_topped_up
+
+    mined = _many_topic_examples()  # 4 mined negatives each
+    unmined = [{**ex, "hard_negative_ctxs": []} for ex in mined]
+    with caplog.at_level("WARNING", logger="dpr.training.batching"):
+        assert warn_topped_up(mined, 4) == 0 and warn_topped_up(mined, 0) == 0
+        assert not caplog.records
+        assert warn_topped_up(mined, 5) == 12
+        assert "12 of 12 training questions have fewer than 5 mined negatives (0 have none)" in caplog.text
+        assert "dpr-bm25 mine=true" not in caplog.text
+        caplog.clear()
+        GroupBatches(unmined, 4, 3, seed=0, multi_positive=False)
+        assert len(caplog.records) == 1 and "(12 have none)" in caplog.text and "dpr-bm25 mine=true" in caplog.text
+        caplog.clear()
+        GroupBatches(unmined, 4, 3, seed=0, multi_positive=False, negatives_from="random")  # asked for: no warning
+        assert not caplog.records
