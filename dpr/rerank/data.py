@@ -30,7 +30,8 @@ import torch
 from dpr.data.retriever_json import relevant_ids
 from dpr.negatives.filters import false_negative
 from dpr.rerank.model import document_text, tokenize_pairs
-from dpr.training.batching import NegativePool, epoch_permutation, load_examples, make_item, warn_topped_up
+from dpr.training.batching import (NegativePool, epoch_permutation, load_examples, make_item, mined_negatives,
+                                   warn_topped_up)
 from dpr.training.masks import pair_masks
 
 
@@ -71,7 +72,7 @@ def mined_share(negatives: int, source: str) -> int:
 def keep_mined(example: dict, idx: int, epoch: int, seed: int, keep: int) -> dict:
     """``example`` with at most ``keep`` of its (already filtered) mined negatives, a seeded draw per
     (seed, epoch, example), so that `make_item` tops the group up from the pool of training passages."""
-    mined = example["hard_negative_ctxs"] + example["negative_ctxs"]
+    mined = mined_negatives(example)  # what make_item would draw from: no repeats, no own positives
     if len(mined) <= keep:
         return example
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch), int(idx), 1])  # not make_item's stream

@@ -216,6 +216,18 @@ class NegativePool:
         return out
 
 
+def mined_negatives(example: dict) -> list[dict]:
+    """``hard_negative_ctxs`` then ``negative_ctxs``, in file order, without the question's own positives and
+    without repeats (a passage can be both BM25-mined and in negative_ctxs): what `make_item` draws from."""
+    own = {c["passage_id"] for c in example["positive_ctxs"]}
+    uniq, ids = [], set(own)
+    for c in example["hard_negative_ctxs"] + example["negative_ctxs"]:
+        if c["passage_id"] not in ids:
+            uniq.append(c)
+            ids.add(c["passage_id"])
+    return uniq
+
+
 def warn_topped_up(examples: Sequence[dict], negatives: int) -> int:
     """Log (one warning) how many questions have fewer than ``negatives`` mined negatives of their own, whose
     draws `make_item` tops up at random from the pool: a training file that was never mined (``dpr-data``
@@ -224,8 +236,7 @@ def warn_topped_up(examples: Sequence[dict], negatives: int) -> int:
         return 0
     short = none = 0
     for ex in examples:
-        own = {c["passage_id"] for c in ex["positive_ctxs"]}
-        n = len({c["passage_id"] for c in ex["hard_negative_ctxs"] + ex["negative_ctxs"]} - own)
+        n = len(mined_negatives(ex))
         short += n < negatives
         none += n == 0
     if short:
@@ -250,13 +261,7 @@ def make_item(
     positives = example["positive_ctxs"]
     positive = positives[int(rng.integers(len(positives)))] if shuffle_positives and len(positives) > 1 else positives[0]
     own = {c["passage_id"] for c in positives}
-    candidates = [c for c in example["hard_negative_ctxs"] + example["negative_ctxs"] if c["passage_id"] not in own]
-    # de-duplicate (a passage can be both BM25-mined and in negative_ctxs)
-    uniq, ids = [], set()
-    for c in candidates:
-        if c["passage_id"] not in ids:
-            uniq.append(c)
-            ids.add(c["passage_id"])
+    uniq = mined_negatives(example)
     if shuffle_hard_negatives and len(uniq) > 1:
         uniq = [uniq[j] for j in rng.permutation(len(uniq)).tolist()]
     negatives = uniq[:hard_negatives]
