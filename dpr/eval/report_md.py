@@ -120,11 +120,13 @@ def render_rerank_section(report: Mapping[str, Any]) -> list[str]:
     lines = ["", "## Reranking (cross-encoder)", "",
              f"Each first stage's top K reordered by the cross-encoder (w > 0: by minmax(logit) + w * "
              f"minmax(first-stage score) over the top K), K and w chosen by dev {metric} "
-             f"(ties to the smaller); the passages below K keep the first stage's order.", ""]
+             f"(ties to the smaller); the passages below K keep the first stage's order. \"kept\": reranking "
+             f"lowered that system on dev, so its row is the first stage's own list.", ""]
     rows = []
     for name, r in rerank["systems"].items():
         per_k = ", ".join(f"{k}: {_pct(v[metric])}" for k, v in r["dev"].items())
-        rows.append([name, str(r["k"]), str(r.get("weight", 0.0)), _pct(r["dev_first_stage"][metric]), per_k,
+        w = str(r.get("weight", 0.0)) + (" (kept)" if r.get("kept_first_stage") else "")
+        rows.append([name, str(r["k"]), w, _pct(r["dev_first_stage"][metric]), per_k,
                      f"{1000.0 * r['seconds_per_question']:.1f}"])
     lines += _table(["system", "K", "w", f"dev {metric} before", f"dev {metric} by K", "ms per question (test)"], rows)
     return lines

@@ -20,7 +20,8 @@ Stages (the pipeline's :class:`~dpr.stages.StageRunner`: skipped when up to date
   depth within ``teacher_cfg.k_tolerance`` of the best dev MRR (QA) / nDCG@10 (qrels), each depth with its
   interpolation weight of ``teacher_cfg.weight_grid`` tuned on dev: `dpr.rerank.runs.reranked`) and ``rerank_<system>`` for bm25, dense and
   hybrid (→ ``<out>/rerank/<system>/test.json`` in DPR's results format, ``test.trec`` on qrels data,
-  ``stats.json`` with the seconds per question).
+  ``stats.json`` with the seconds per question). A first stage whose dev figure reranking lowers keeps its own
+  list as its row (``teacher_cfg.keep_first_stage``; decided from dev.json, so no dev scoring is redone).
 """
 
 from __future__ import annotations
@@ -233,6 +234,7 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
     """Rerank bm25, dense and hybrid (``first[name] = {"dev": path, "test": path}``, hybrid without dev);
     returns the report's runs ``{"<name>+rerank": test file}`` and the notes (choice of K, dev figures,
     seconds per question)."""
+    from dpr.rerank.runs import keep_first_stage, lowers_dev
     from dpr.retrieval.fusion import fuse_linear
 
     tcfg = stage_config(cfg)
@@ -320,14 +322,26 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
             write_json_atomic(stats_file, {**stats, "first_stage": str(test)})
 
         outputs = [json_out, stats_file, *([trec_out] if qrels_data else [])]
-        stages.run(f"rerank_{name}", rerank_test, outputs=outputs, inputs=[test, tdir, *texts.inputs()],
-                   params={"k": k, **({"weight": weight} if weight else {}), **score_params})
-        stats = json.loads(stats_file.read_text())
-        done.append((json_out, k, stats.get("seconds_per_pair")))
-        runs[name + SUFFIX] = trec_out if qrels_data else json_out
         sysc = choice["systems"][name]
+        keep = tcfg.keep_first_stage and lowers_dev(sysc, metric)
+        if keep:  # reranking lowered it on dev: the row is the first stage's own list, scored by nobody
+            log.info("rerank_%s: dev %s %.4f reranked < %.4f as it is: the first stage's list is kept", name,
+                     metric, sysc["dev"][str(k)][metric], sysc["first_stage"][metric])
+            stages.run(f"rerank_{name}",
+                       lambda test=test, json_out=json_out, trec_out=trec_out, stats_file=stats_file:
+                       keep_first_stage(test, json_out, trec_out if qrels_data else None, stats_file,
+                                        texts.records(test)),
+                       outputs=outputs, inputs=[test, *texts.inputs()], params={"kept_first_stage": True})
+        else:
+            stages.run(f"rerank_{name}", rerank_test, outputs=outputs, inputs=[test, tdir, *texts.inputs()],
+                       params={"k": k, **({"weight": weight} if weight else {}), **score_params})
+        stats = json.loads(stats_file.read_text())
+        if not keep:  # a kept list holds no cross-encoder scores for the later systems to reuse
+            done.append((json_out, k, stats.get("seconds_per_pair")))
+        runs[name + SUFFIX] = trec_out if qrels_data else json_out
         notes["systems"][name + SUFFIX] = {
-            "first_stage": name, "k": k, "weight": weight, "dev": sysc["dev"], "dev_first_stage": sysc["first_stage"],
+            "first_stage": name, "k": k, "weight": weight, "kept_first_stage": keep, "dev": sysc["dev"],
+            "dev_first_stage": sysc["first_stage"],
             "seconds_per_question": stats["seconds_per_question"], "seconds": stats["seconds"],
             "questions": stats["questions"], "pairs": stats.get("pairs"), "reused_pairs": stats.get("reused")}
     return runs, notes

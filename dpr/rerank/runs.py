@@ -10,10 +10,13 @@
   the first stage's; reranking only moves passages inside the top K).
 - :func:`write_reranked`: the DPR results JSON and, for qrels data, the TREC run the report reads (its
   scores strictly decrease with the new rank: trec_eval orders by score).
+- :func:`lowers_dev` and :func:`keep_first_stage`: a first stage that reranking made worse on dev keeps its
+  own list as its ``+rerank`` row (the files copied, byte for byte).
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -23,6 +26,8 @@ import torch
 from dpr.rerank.model import document_text
 from dpr.rerank.score import score_pairs
 from dpr.retrieval.fusion import normalize_scores
+
+from dpr.atomic import atomic_path, write_json_atomic
 
 PairScores = dict[tuple[str, str], float]
 
@@ -152,3 +157,32 @@ def choose_weight(per_weight: Mapping[float, Mapping[str, float]], metric: str) 
     """The interpolation weight with the best dev ``metric``; ties to the smaller weight (more cross-encoder)."""
     best = max(v[metric] for v in per_weight.values())
     return min(w for w, v in per_weight.items() if v[metric] >= best)
+
+
+def lowers_dev(system: Mapping[str, Any], metric: str) -> bool:
+    """Whether reranking at the chosen depth and weight scored below the first stage itself on dev
+    (``system``: one entry of the rerank stage's dev.json ``systems``). Strictly below: a tie reranks."""
+    return float(system["dev"][str(system["k"])][metric]) < float(system["first_stage"][metric])
+
+
+def keep_first_stage(first_stage: str | Path, json_path: str | Path, trec_path: str | Path | None,
+                     stats_path: str | Path, records: Sequence[Mapping[str, Any]]) -> dict:
+    """A ``+rerank`` row that is its first stage: the first stage's results file copied to ``json_path``
+    (a TREC run, on qrels data, to ``trec_path``, with ``records``, its records, written as the JSON), so
+    the report scores the same lists, ties and all; the stats say so and price it at zero."""
+    from dpr.data.results import write_results
+
+    src = Path(first_stage)
+    if src.suffix == ".trec":
+        if trec_path is None:
+            raise ValueError(f"{src}: keeping a TREC run needs a TREC output path")
+        with atomic_path(trec_path) as tmp:
+            shutil.copyfile(src, tmp)
+        write_results(json_path, records)
+    else:
+        with atomic_path(json_path) as tmp:
+            shutil.copyfile(src, tmp)
+    stats = {"kept_first_stage": True, "questions": len(records), "pairs": 0, "scored": 0, "reused": 0, "seconds": 0.0,
+             "seconds_per_pair": None, "seconds_per_question": 0.0, "first_stage": str(src)}
+    write_json_atomic(stats_path, stats)
+    return stats

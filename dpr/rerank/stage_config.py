@@ -28,6 +28,8 @@ class TeacherStageConfig:
     k_grid: List[int] = field(default_factory=lambda: list(DEFAULT_K_GRID))  # rerank depths tried on dev per first stage
     weight_grid: List[float] = field(default_factory=lambda: list(DEFAULT_WEIGHT_GRID))  # interpolation weights tried on dev
     k_tolerance: float = 0.005         # K = the smallest depth within this much of the best dev MRR / nDCG@10
+    keep_first_stage: bool = True      # a first stage whose dev figure reranking lowers (at its K and w) keeps its
+                                       # own list as its +rerank row (nfcorpus's hybrid: dev nDCG@10 0.345 -> 0.344)
     distill: bool = True               # the report's dense model is distilled from the teacher's scores (false: contrastive)
     loss: str = "kl_distill"           # conf/loss/<name>.yaml for the distilled training (a loss with teacher = "scores")
     # KL + DPR's NLL with denoising: the best of the dev ablation (docs/results/teacher.md); KL or Margin-MSE

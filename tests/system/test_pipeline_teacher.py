@@ -17,13 +17,15 @@ TEACHER_STAGES = {"teacher_train", "teacher_scores", "rerank_hybrid_dev", "reran
                   "rerank_dense", "rerank_hybrid"}
 
 
-def _teacher(tiny_model_dir: Path, *extra: str) -> list[str]:
-    """A 2-step tiny cross-encoder, scored in fp32 (the order checks below rescore it)."""
+def _teacher(tiny_model_dir: Path, *extra: str, keep: bool = False) -> list[str]:
+    """A 2-step tiny cross-encoder, scored in fp32 (the order checks below rescore it); every system
+    reranked unless ``keep`` (the default rule: a system reranking lowered on dev keeps its list)."""
     return ["teacher=true", f"teacher.rerank.model={tiny_model_dir}", "teacher.rerank.max_length=64",
             "teacher.rerank.train.max_steps=2", "teacher.rerank.train.batch_size=4",
             "teacher.rerank.train.negatives=2", "teacher.rerank.train.save_every=0",
             "teacher.rerank.train.precision=fp32", "teacher.rerank.score.precision=fp32",
-            "teacher.rerank.score.k=5", "teacher.k_grid=[2,5]", *extra]
+            "teacher.rerank.score.k=5", "teacher.k_grid=[2,5]", f"teacher.keep_first_stage={str(keep).lower()}",
+            *extra]
 
 
 def _timings(out: Path) -> dict:
@@ -137,6 +139,33 @@ def test_teacher_pipeline_end_to_end_rerun_and_dependent_stages(tiny_data_dir, t
             "teacher_scores", "rerank_bm25"} <= skipped
     summary = json.loads((out / "model" / "train_summary.json").read_text())
     assert summary["config"]["loss"]["_target_"] == "dpr.losses.MarginMSELoss"
+
+    # the default rule: a system that reranking lowered on dev (dev.json, not scored again) keeps its own list
+    _check_keep_first_stage(tiny_data_dir, tiny_model_dir, out, "teacher.loss=margin_mse")
+
+
+def _check_keep_first_stage(data_dir: Path, model_dir: Path, out: Path, *extra: str) -> None:
+    from dpr.rerank.runs import lowers_dev
+
+    before = json.loads((out / "eval" / "report.json").read_text())
+    proc = _pipeline(data_dir, model_dir, out, *_teacher(model_dir, *extra, "teacher.weight_grid=[0.0]", keep=True))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "eval" / "report.json").read_text())
+    dev = json.loads((out / "rerank" / "dev.json").read_text())
+    metric = dev["metric"]
+    kept = {name for name in ("bm25", "dense", "hybrid") if lowers_dev(dev["systems"][name], metric)}
+    assert kept, "a 2-step cross-encoder alone (w = 0) should lower some first stage on the tiny dev set"
+    assert "rerank_dev" in _ran(out) and before["notes"]["rerank"]["weight_grid"] != [0.0]
+    for name in ("bm25", "dense", "hybrid"):
+        note, row = report["notes"]["rerank"]["systems"][name + "+rerank"], report["systems"][name + "+rerank"]
+        assert note["kept_first_stage"] is (name in kept)
+        if name in kept:
+            first = Path(report["systems"][name]["file"])
+            assert Path(row["file"]).read_bytes() == first.read_bytes()
+            assert {k: v for k, v in row.items() if k != "file"} == \
+                {k: v for k, v in report["systems"][name].items() if k != "file"}
+            assert note["seconds_per_question"] == 0.0
+    assert "(kept)" in (out / "eval" / "report.md").read_text()
 
 
 def test_default_pipeline_unchanged_and_distill_false_keeps_the_contrastive_dense(tiny_data_dir, tiny_model_dir,
