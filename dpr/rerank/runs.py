@@ -23,11 +23,10 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from dpr.atomic import atomic_path, write_json_atomic
 from dpr.rerank.model import document_text
 from dpr.rerank.score import score_pairs
 from dpr.retrieval.fusion import normalize_scores
-
-from dpr.atomic import atomic_path, write_json_atomic
 
 PairScores = dict[tuple[str, str], float]
 
