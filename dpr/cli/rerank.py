@@ -71,16 +71,45 @@ def _dev_qrels(dev: list[dict], dev_json: Path | None) -> dict | None:
 
 
 def _score(cfg: DictConfig) -> None:
-    from dpr.rerank.score import rerank_file
+    from dpr.config import Real
+    from dpr.rerank.rerank_file import rerank_file
     from dpr.rerank.train import as_config
 
     rcfg = as_config(cfg.rerank)
     if not cfg.model_path or not cfg.results or not cfg.output:
-        raise ValueError("dpr-rerank score needs model=<cross-encoder dir>, results=<DPR results JSON> and output=<file>")
+        raise ValueError("dpr-rerank score needs model=<cross-encoder dir>, results=<DPR results JSON or TREC run> "
+                         "and output=<file>")
+    grid = None if cfg.weight_grid is None else [float(w) for w in cfg.weight_grid]
+    for key, value in [("weight", cfg.weight), *(("weight_grid", w) for w in grid or [])]:
+        if not Real(0).allows(value):
+            raise ValueError(f"{key} must be {Real(0).describe()}, got {value!r}")
+    queries = passages = qrels = None
+    if Path(cfg.results).suffix == ".trec":  # a TREC run names ids: the texts come from the dataset
+        queries, passages = _texts(cfg)
+    if cfg.qrels:
+        from dpr.data.beir import read_qrels
+
+        qrels = read_qrels(cfg.qrels)
     s = rcfg.score
     stats = rerank_file(cfg.model_path, cfg.results, cfg.output, k=s.k, batch_size=s.batch_size,
-                        precision=s.precision, max_questions=s.max_questions)
+                        precision=s.precision, max_questions=s.max_questions, weight=float(cfg.weight),
+                        weight_grid=grid, queries=queries, passages=passages, qrels=qrels)
     print(f"dpr-rerank: {cfg.output} {json.dumps(stats)}")
+
+
+def _texts(cfg: DictConfig) -> tuple[dict, object]:
+    """The query texts and passages of ``data=`` (what a TREC run's ids point at)."""
+    from dpr.data.beir import read_queries
+    from dpr.data.dataset import DatasetPaths
+    from dpr.data.passages import PassageLookup
+
+    if cfg.data is None:
+        raise ValueError(f"{cfg.results}: a TREC run needs data=<dataset> for its query and passage texts")
+    ds = DatasetPaths.of(cfg.data_dir, cfg.data.name)
+    for path in (ds.queries, ds.passages):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: needed to read the TREC run {cfg.results} (prepare {ds.name} with dpr-data)")
+    return read_queries(ds.queries), PassageLookup.from_file(ds.passages)
 
 
 def _teacher_scores(cfg: DictConfig) -> None:

@@ -137,8 +137,12 @@ class RerankCommandSchema:
     output_dir: Optional[str] = None  # train: the cross-encoder, checkpoints, metrics
     dev_results: Optional[str] = None # train: a first stage's dev results (DPR results JSON) to validate on
     model_path: Optional[str] = None  # score: the trained cross-encoder (given as model=<dir>)
-    results: Optional[str] = None     # score: a first stage's results (DPR results JSON)
-    output: Optional[str] = None      # score: the reranked results file; teacher-scores: the scores jsonl
+    results: Optional[str] = None     # score: a first stage's results (DPR results JSON, or a TREC run of data=)
+    output: Optional[str] = None      # score: the reranked results file (.trec: a TREC run and its JSON);
+                                      # teacher-scores: the scores jsonl
+    weight: float = 0.0               # score: minmax(logit) + weight * minmax(first-stage score); 0: the logit
+    weight_grid: Any = None           # score: [w, ...] measured on the file (answers or qrels=), the best written
+    qrels: Optional[str] = None       # score: qrels TSV of the results' queries (BEIR), for nDCG@10 before/after
     max_negatives: Optional[int] = None  # teacher-scores: negatives scored per question (null: the pipeline's
                                          # default, dpr/rerank/stage_config.py TeacherStageConfig.max_negatives)
 

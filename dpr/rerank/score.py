@@ -1,4 +1,5 @@
-"""Scoring (question, passage) pairs with a cross-encoder, and reranking a results file's top k by it.
+"""Scoring (question, passage) pairs with a cross-encoder, and reranking results records' top k by it
+(`dpr.rerank.rerank_file` reranks a file, by the pipeline's rule).
 
 Pairs are tokenized once, sorted by token length (longest first, so each batch pads only to its own
 longest and peak memory shows at once) and scored under ``torch.inference_mode`` with bf16 autocast
@@ -7,17 +8,12 @@ where the CPU has it (`dpr.trainkit.precision`), then returned in the caller's o
 
 from __future__ import annotations
 
-import logging
-import time
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from dpr.rerank.model import document_text, tokenize_pairs
-from dpr.trainkit.precision import autocast_context, resolve_precision
-
-log = logging.getLogger(__name__)
+from dpr.trainkit.precision import autocast_context
 
 
 def score_pairs(model: torch.nn.Module, tokenizer: Any, questions: Sequence[str], passages: Sequence[str],
@@ -70,30 +66,3 @@ def rerank_results(model: torch.nn.Module, tokenizer: Any, results: Sequence[Map
                  "first_stage_rank": j} for j in order]
         out.append({**rec, "ctxs": ctxs})
     return out
-
-
-def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | Path, k: int = 20,
-                batch_size: int = 32, precision: str = "auto", max_questions: int = 0) -> dict:
-    """Rerank a DPR results file with the cross-encoder in ``model_dir`` into ``output`` (atomic);
-    returns timings and, for QA results, top-k before and after."""
-    from dpr.data.results import read_results, write_results
-    from dpr.rerank.model import load_cross_encoder
-    from dpr.eval.ranking import results_metrics
-
-    model, tok, settings = load_cross_encoder(model_dir)
-    results = read_results(results_path)
-    if max_questions > 0:
-        results = results[:max_questions]
-    t0 = time.perf_counter()
-    reranked = rerank_results(model, tok, results, k, settings, batch_size=batch_size, autocast=precision)
-    seconds = time.perf_counter() - t0
-    write_results(output, reranked)
-    stats = {"questions": len(results), "k": k, "precision": resolve_precision(precision),
-             "seconds": round(seconds, 2),
-             "seconds_per_question": round(seconds / max(1, len(results)), 4)}
-    if any(r["answers"] for r in results):
-        stats["before"] = results_metrics([{**r, "ctxs": r["ctxs"][:k]} for r in results], max_k=k)
-        stats["after"] = results_metrics(reranked, max_k=k)
-    log.info("reranked %d questions (top %d) in %.1f s: %.3f s per question", len(results), k, seconds,
-             stats["seconds_per_question"])
-    return stats

@@ -110,10 +110,11 @@ def test_cli_trains_validates_and_reranks_end_to_end(tiny_data_dir, tiny_model_d
     assert set(stats["before"]) == {"top1", "mrr"} and stats["before"]["top1"] == 0.0  # positive third
     rows = json.loads(reranked.read_text())
     first = json.loads(dev.read_text())
-    for new, old in zip(rows, first):
-        assert len(new["ctxs"]) == 3
-        assert sorted(c["id"] for c in new["ctxs"]) == sorted(c["id"] for c in old["ctxs"][:3])
-        assert [c["score"] for c in new["ctxs"]] == sorted((c["score"] for c in new["ctxs"]), reverse=True)
+    for new, old in zip(rows, first):  # the top 3 reordered by the logit, the 4th where the first stage had it
+        assert [c["id"] for c in new["ctxs"][3:]] == [c["id"] for c in old["ctxs"][3:]] and len(new["ctxs"]) == 4
+        assert sorted(c["id"] for c in new["ctxs"][:3]) == sorted(c["id"] for c in old["ctxs"][:3])
+        top = [c["score"] for c in new["ctxs"][:3]]
+        assert top == sorted(top, reverse=True) and top == [c["rerank_logit"] for c in new["ctxs"][:3]]
     proc = subprocess.run(CLI + ["score", f"model={tmp_path}", f"results={dev}", f"output={reranked}"], cwd=tmp_path,
                           env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "not a cross-encoder directory" in proc.stderr

@@ -71,12 +71,13 @@ def test_every_trainer_and_encoder_resolves_precision_with_the_one_rule():
     import dpr.models.weights as weights
     import dpr.reader.infer as reader_infer
     import dpr.reader.model as reader_model
+    import dpr.rerank.rerank_file as rerank_file
     import dpr.rerank.score as rerank_score
     import dpr.training.train as trainer
 
     assert inference.autocast_context is autocast_context and reader_infer.autocast_context is autocast_context
     assert weights.autocast_dtype is autocast_dtype and onnx_runtime.autocast_dtype is autocast_dtype
-    assert rerank_score.autocast_context is autocast_context and rerank_score.resolve_precision is resolve_precision
+    assert rerank_score.autocast_context is autocast_context and rerank_file.resolve_precision is resolve_precision
     assert trainer.resolve_precision is resolve_precision
     assert not hasattr(reader_model, "autocast_context") and not hasattr(rerank_score, "precision_context")
     assert not hasattr(inference, "autocast_dtype") and not hasattr(trainer, "_autocast")

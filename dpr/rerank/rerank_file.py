@@ -1,0 +1,89 @@
+"""``dpr-rerank score``: one first stage's results file reranked by a cross-encoder, by the pipeline's rule.
+
+The input is a DPR results JSON or a TREC run (pyserini's and the pipeline's format on qrels data; its
+query and passage texts come from the dataset's queries.jsonl and passages.tsv). Each question's top ``k``
+is ordered by the cross-encoder's logit, or with ``weight`` > 0 by minmax(logit) + weight * minmax(first
+stage score) (`dpr.rerank.runs.reranked`, what the pipeline's ``+rerank`` rows are); the rest of the list
+follows as it was, so every depth past ``k`` scores the same passages as the first stage.
+
+``weight_grid`` scores each pair once and measures every weight against the answers (QA data) or the qrels
+given: the file is written with the best one (the rerank_dev stage's rule, ties to the smaller weight).
+That is a choice made on the file it is measured on: use it on a dev split, then pass the weight on test.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from dpr.atomic import write_json_atomic
+from dpr.eval.ranking import results_metrics
+from dpr.rerank.model import load_cross_encoder
+from dpr.rerank.runs import choose_weight, first_stage_records, pair_scores, reranked, write_reranked
+from dpr.trainkit.precision import resolve_precision
+
+log = logging.getLogger(__name__)
+
+
+def stats_path(output: str | Path) -> Path:
+    """Where the stats of ``output`` are written: ``<output stem>.stats.json`` beside it."""
+    output = Path(output)
+    return output.with_name(output.stem + ".stats.json")
+
+
+def _metric_name(qrels: Mapping | None) -> str:
+    return "ndcg@10" if qrels is not None else "mrr"
+
+
+def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | Path, k: int = 20,
+                batch_size: int = 32, precision: str = "auto", max_questions: int = 0, weight: float = 0.0,
+                weight_grid: Sequence[float] | None = None, queries: Mapping[str, str] | None = None,
+                passages: Any = None, qrels: Mapping[str, Mapping[str, int]] | None = None) -> dict:
+    """Rerank ``results_path`` into ``output`` (DPR results JSON; ``.trec``: a TREC run, with the JSON beside
+    it as ``<stem>.json``) and write its stats beside it (:func:`stats_path`); returns the stats: timings,
+    the weight used and, with answers or ``qrels``, the metrics before and after (and per grid weight).
+
+    ``queries`` / ``passages`` (id -> text, a `dpr.data.passages.PassageLookup`): the texts of a TREC run."""
+    output, results_path = Path(output), Path(results_path)
+    trec_out = output if output.suffix == ".trec" else None
+    json_out = output.with_suffix(".json") if trec_out is not None else output
+    records = first_stage_records(results_path, queries, passages)  # a bad file fails before the model loads
+    if max_questions > 0:
+        records = records[:max_questions]
+    if trec_out is not None and any("query_id" not in r for r in records):
+        raise ValueError(f"{results_path}: a TREC output needs each record's query_id (a TREC run or qrels "
+                         "data's results as input)")
+    measured = qrels is not None or any(r["answers"] for r in records)
+    if weight_grid and not measured:
+        raise ValueError(f"{results_path}: weight_grid needs answers (QA data) or qrels= to choose a weight by")
+    metric = _metric_name(qrels)
+
+    def metrics(recs: list[dict]) -> dict:
+        # QA: the first k only (top-20 of a reranked top 5 says nothing); qrels: the list as written
+        if qrels is not None:
+            return results_metrics(recs, qrels)
+        return results_metrics([{**r, "ctxs": r["ctxs"][:k]} for r in recs], max_k=k)
+
+    model, tok, settings = load_cross_encoder(model_dir)
+    t0 = time.perf_counter()
+    scores = pair_scores(model, tok, settings, [records], k, batch_size=batch_size, precision=precision)
+    seconds = time.perf_counter() - t0
+    stats: dict[str, Any] = {"questions": len(records), "k": k, "pairs": len(scores),
+                             "precision": resolve_precision(precision), "seconds": round(seconds, 2),
+                             "seconds_per_question": round(seconds / max(1, len(records)), 4)}
+    if weight_grid:
+        by_weight = {float(w): metrics(reranked(records, scores, k, float(w))) for w in weight_grid}
+        weight = choose_weight(by_weight, metric)
+        stats["by_weight"] = {str(w): m for w, m in by_weight.items()}
+    out = reranked(records, scores, k, float(weight))
+    stats["weight"] = float(weight)
+    if measured:
+        stats["metric"] = metric
+        stats["before"], stats["after"] = metrics(records), metrics(out)
+    write_reranked(out, json_out, trec_out)
+    write_json_atomic(stats_path(output), {"results": str(results_path), "cross_encoder": str(model_dir), **stats})
+    log.info("reranked %d questions (top %d, weight %g) in %.1f s: %.3f s per question", len(records), k,
+             stats["weight"], seconds, stats["seconds_per_question"])
+    return stats
