@@ -79,6 +79,8 @@ def _score(cfg: DictConfig) -> None:
     if not cfg.model_path or not cfg.results or not cfg.output:
         raise ValueError("dpr-rerank score needs model=<cross-encoder dir>, results=<DPR results JSON or TREC run> "
                          "and output=<file>")
+    if not Path(cfg.results).is_file():
+        raise FileNotFoundError(f"{cfg.results}: no such results file")
     grid = None if cfg.weight_grid is None else [float(w) for w in cfg.weight_grid]
     for key, value in [("weight", cfg.weight), *(("weight_grid", w) for w in grid or [])]:
         if not Real(0).allows(value):
@@ -108,7 +110,9 @@ def _texts(cfg: DictConfig) -> tuple[dict, object]:
     ds = DatasetPaths.of(cfg.data_dir, cfg.data.name)
     for path in (ds.queries, ds.passages):
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: needed to read the TREC run {cfg.results} (prepare {ds.name} with dpr-data)")
+            raise FileNotFoundError(f"{path}: missing; the TREC run {cfg.results} names query and passage ids, read "
+                                    f"from data={ds.name}'s queries.jsonl and passages.tsv (a BEIR-style dataset, "
+                                    "prepared by dpr-data)")
     return read_queries(ds.queries), PassageLookup.from_file(ds.passages)
 
 

@@ -136,4 +136,6 @@ def test_cli_reranks_a_trec_run_of_a_dataset_and_refuses_bad_values_in_one_line(
     proc = _cli(*base[:2], "data.name=missing", f"data_dir={tmp_path / 'data'}", f"output={tmp_path / 'bad.trec'}",
                 cwd=tmp_path)
     assert proc.returncode == 2 and "queries.jsonl" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    proc = _cli(f"model={ce_dir}", f"results={tmp_path / 'none.trec'}", f"output={tmp_path / 'bad.trec'}", cwd=tmp_path)
+    assert proc.returncode == 2 and "no such results file" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "bad.trec").exists()
