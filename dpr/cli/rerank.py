@@ -101,19 +101,12 @@ def _score(cfg: DictConfig) -> None:
 
 def _texts(cfg: DictConfig) -> tuple[dict, object]:
     """The query texts and passages of ``data=`` (what a TREC run's ids point at)."""
-    from dpr.data.beir import read_queries
     from dpr.data.dataset import DatasetPaths
-    from dpr.data.passages import PassageLookup
+    from dpr.rerank.runs import run_texts
 
     if cfg.data is None:
         raise ValueError(f"{cfg.results}: a TREC run needs data=<dataset> for its query and passage texts")
-    ds = DatasetPaths.of(cfg.data_dir, cfg.data.name)
-    for path in (ds.queries, ds.passages):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing; the TREC run {cfg.results} names query and passage ids, read "
-                                    f"from data={ds.name}'s queries.jsonl and passages.tsv (a BEIR-style dataset, "
-                                    "prepared by dpr-data)")
-    return read_queries(ds.queries), PassageLookup.from_file(ds.passages)
+    return run_texts(DatasetPaths.of(cfg.data_dir, cfg.data.name), cfg.results)
 
 
 def _teacher_scores(cfg: DictConfig) -> None:

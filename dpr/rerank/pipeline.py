@@ -104,13 +104,10 @@ class _Texts:
         self.ds, self._q, self._p = ds, None, None
 
     def records(self, path: Path) -> list[dict]:
-        from dpr.rerank.runs import first_stage_records
+        from dpr.rerank.runs import first_stage_records, run_texts
 
         if path.suffix == ".trec" and self._q is None:
-            from dpr.data.beir import read_queries
-            from dpr.data.passages import PassageLookup
-
-            self._q, self._p = read_queries(self.ds.queries), PassageLookup.from_file(self.ds.passages)
+            self._q, self._p = run_texts(self.ds, path)
         return first_stage_records(path, self._q, self._p)
 
     def inputs(self) -> list[Path]:

@@ -1,7 +1,8 @@
 """A first stage's ranked lists reranked by the cross-encoder, as the pipeline's rerank stages use them.
 
 - :func:`first_stage_records`: DPR results records of a results JSON, or of a TREC run (qrels data: the
-  query texts from queries.jsonl, the passage texts from passages.tsv, ``query_id`` kept), ranked.
+  query texts from queries.jsonl, the passage texts from passages.tsv, ``query_id`` kept), ranked;
+  :func:`run_texts` loads those two files of a dataset (the one loader of ``dpr-rerank score`` and the pipeline).
 - :func:`pair_scores`: the cross-encoder's logit of every distinct (question, passage id) pair in the top
   ``depth`` of several systems' lists, scored once (first stages share most of their top passages).
 - :func:`reranked`: each list's top ``k`` ordered by those logits (best first; equal logits keep the first
@@ -29,6 +30,20 @@ from dpr.rerank.score import score_pairs
 from dpr.retrieval.fusion import normalize_scores
 
 PairScores = dict[tuple[str, str], float]
+
+
+def run_texts(ds: Any, run: str | Path) -> tuple[dict[str, str], Any]:
+    """The query texts (id -> text) and the passages (a `dpr.data.passages.PassageLookup`) of the prepared
+    dataset ``ds`` (a `dpr.data.dataset.DatasetPaths`), which the ids of the TREC run ``run`` point at."""
+    from dpr.data.beir import read_queries
+    from dpr.data.passages import PassageLookup
+
+    for path in (ds.queries, ds.passages):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing; the TREC run {run} names query and passage ids, read "
+                                    f"from data={ds.name}'s queries.jsonl and passages.tsv (a BEIR-style dataset, "
+                                    "prepared by dpr-data)")
+    return read_queries(ds.queries), PassageLookup.from_file(ds.passages)
 
 
 def first_stage_records(path: str | Path, queries: Mapping[str, str] | None = None,
