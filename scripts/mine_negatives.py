@@ -1,0 +1,78 @@
+"""Mine a prepared dataset's training questions with BM25, a dense model or their hybrid into a new train file.
+
+`dpr-bm25 mine=true` rewrites the dataset's own train.json with BM25's negatives; this writes a copy whose
+``hard_negative_ctxs`` come from another miner, through the same false-negative filter (`dpr.negatives.mine`:
+answer-bearing and judged passages are never negatives), for a cross-encoder or a dual encoder to train on:
+
+    python scripts/mine_negatives.py --dataset data/prepared/squad1_open --miner hybrid \
+        --model runs/squad1_open/model --index runs/squad1_open/dense/index.faiss \
+        --weight runs/squad1_open/hybrid/weight.json --output runs/negatives/hybrid_train.json
+    dpr-rerank train data=squad1_open train_file=runs/negatives/hybrid_train.json output_dir=...
+
+The counts of each filter are written beside the output (``<stem>.stats.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+
+def _weight(arg: str) -> float:
+    """A number, or the pipeline's ``<run>/hybrid/weight.json`` (its dev-tuned weight)."""
+    path = Path(arg)
+    if path.is_file():
+        return float(json.loads(path.read_text(encoding="utf-8"))["weight"])
+    try:
+        return float(arg)
+    except ValueError:
+        raise SystemExit(f"--weight {arg!r}: neither a number nor a weight.json file") from None
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", required=True, help="a prepared dataset directory (passages.tsv, train.json)")
+    p.add_argument("--split", default="train", help="which <split>.json to mine (default train)")
+    p.add_argument("--miner", choices=("bm25", "dense", "hybrid"), required=True)
+    p.add_argument("--model", help="dense/hybrid: the run directory (or model) whose question tower searches")
+    p.add_argument("--index", help="dense/hybrid: the FAISS index of that model's passage vectors")
+    p.add_argument("--weight", default="1.0", help="hybrid: dense + weight * bm25 (a number or a weight.json)")
+    p.add_argument("--num-negatives", type=int, default=30)
+    p.add_argument("--depth", type=int, default=100)
+    p.add_argument("--output", required=True)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+
+    from dpr.atomic import write_json_atomic
+    from dpr.data.dataset import DatasetPaths
+    from dpr.data.retriever_json import read_retriever_json, write_retriever_json
+    from dpr.negatives.mine import judged_from_dataset, mine_examples
+    from dpr.retrieval.retriever import Retriever
+
+    ds = DatasetPaths(args.dataset)
+    source = Path(ds.root) / f"{args.split}.json"
+    if not source.is_file():
+        raise SystemExit(f"{source}: no such file (prepare the dataset with dpr-data)")
+    if args.miner != "bm25" and not (args.model and args.index):
+        raise SystemExit(f"--miner {args.miner} needs --model and --index")
+    bm25 = Retriever.bm25(ds.passages, Path(ds.root) / "bm25_index") if args.miner != "dense" else None
+    dense = (Retriever.dense(args.model, args.index, passages=ds.passages) if args.miner != "bm25" else None)
+    retriever = {"bm25": bm25, "dense": dense}.get(args.miner) or Retriever.hybrid(bm25, dense, _weight(args.weight),
+                                                                                     depth=args.depth)
+    qrels = judged_from_dataset(ds) if ds.kind == "qrels" else None
+    mined, counts = mine_examples(retriever, read_retriever_json(source), num_negatives=args.num_negatives,
+                                  depth=args.depth, qrels=qrels, end_at_score=0.0 if args.miner == "bm25" else None)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_retriever_json(out, mined)
+    stats = {"miner": args.miner, "source": str(source), "model": args.model, "index": args.index,
+             "weight": _weight(args.weight) if args.miner == "hybrid" else None,
+             "num_negatives": args.num_negatives, "depth": args.depth, "counts": dict(counts)}
+    write_json_atomic(out.with_name(out.stem + ".stats.json"), stats)
+    logging.info("wrote %s (%d questions): %s", out, len(mined), dict(counts))
+
+
+if __name__ == "__main__":
+    main()
