@@ -28,7 +28,9 @@ class RerankTrainConfig:
     batch_size: int = 8               # questions per step (each brings 1 + negatives pairs)
     negatives: int = 3                # N: BM25-mined negatives per question (topped up from other questions' passages)
     negatives_from: str = "mined"     # mined | random: all N drawn from the training passages | mixed: ceil(N/2)
-                                      # mined, the rest random (nfcorpus's mined top 30 hold unjudged relevant docs)
+                                      # mined, the rest random (nfcorpus's mined top 30 hold unjudged relevant docs);
+                                      # other miners' negatives: train_file= from scripts/mine_negatives.py (the
+                                      # hybrid's taught less than BM25's on squad1_open dev: docs/results/teacher.md)
     loss: str = "listwise"            # listwise: softmax CE over the group | bce: pointwise binary CE
     epochs: int = 1
     max_steps: int = 0                # > 0 overrides epochs (< ~100 steps the new head still scores a group alike)
