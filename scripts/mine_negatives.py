@@ -24,7 +24,10 @@ def _weight(arg: str) -> float:
     """A number, or the pipeline's ``<run>/hybrid/weight.json`` (its dev-tuned weight)."""
     path = Path(arg)
     if path.is_file():
-        return float(json.loads(path.read_text(encoding="utf-8"))["weight"])
+        try:
+            return float(json.loads(path.read_text(encoding="utf-8"))["weight"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"{path}: no numeric 'weight' field ({e})") from None
     try:
         return float(arg)
     except ValueError:
@@ -57,9 +60,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"{source}: no such file (prepare the dataset with dpr-data)")
     if args.miner != "bm25" and not (args.model and args.index):
         raise SystemExit(f"--miner {args.miner} needs --model and --index")
+    if args.num_negatives < 0 or args.depth < 1:  # before any index is loaded
+        raise SystemExit(f"need --num-negatives >= 0 and --depth >= 1, got {args.num_negatives} and {args.depth}")
+    weight = _weight(args.weight) if args.miner == "hybrid" else None
     bm25 = Retriever.bm25(ds.passages, Path(ds.root) / "bm25_index") if args.miner != "dense" else None
     dense = (Retriever.dense(args.model, args.index, passages=ds.passages) if args.miner != "bm25" else None)
-    retriever = {"bm25": bm25, "dense": dense}.get(args.miner) or Retriever.hybrid(bm25, dense, _weight(args.weight),
+    retriever = {"bm25": bm25, "dense": dense}.get(args.miner) or Retriever.hybrid(bm25, dense, weight,
                                                                                      depth=args.depth)
     qrels = judged_from_dataset(ds) if ds.kind == "qrels" else None
     mined, counts = mine_examples(retriever, read_retriever_json(source), num_negatives=args.num_negatives,
@@ -68,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_retriever_json(out, mined)
     stats = {"miner": args.miner, "source": str(source), "model": args.model, "index": args.index,
-             "weight": _weight(args.weight) if args.miner == "hybrid" else None,
+             "weight": weight,
              "num_negatives": args.num_negatives, "depth": args.depth, "counts": dict(counts)}
     write_json_atomic(out.with_name(out.stem + ".stats.json"), stats)
     logging.info("wrote %s (%d questions): %s", out, len(mined), dict(counts))

@@ -80,4 +80,11 @@ def test_dense_miners_need_a_model_and_nothing_is_written(tiny_data_dir, tmp_pat
     with pytest.raises(SystemExit, match="no such file"):
         _script().main(["--dataset", str(tiny_data_dir / "tiny"), "--split", "nope", "--miner", "bm25",
                         "--output", str(out)])
+    (tmp_path / "w.json").write_text("{}")
+    with pytest.raises(SystemExit, match="no numeric 'weight' field"):
+        _script().main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "hybrid", "--model", "m", "--index", "i",
+                        "--weight", str(tmp_path / "w.json"), "--output", str(out)])
+    with pytest.raises(SystemExit, match="--depth >= 1"):
+        _script().main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "bm25", "--depth", "0",
+                        "--output", str(out)])
     assert not out.exists()
