@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from tests.scripts.test_bench_scripts import KEYS, _script
+from tests.scripts import script
+from tests.scripts.test_bench_scripts import KEYS
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("accelerate")  # CrossEncoderTrainer, the training peer, refuses to build without it
@@ -52,7 +53,7 @@ def test_bench_rerank_json_scores_and_losses_match_the_peer(tiny_cross_encoder, 
     monkeypatch.setenv("DPR_NO_BF16", "1")
     out = tmp_path / "rerank.json"
     results = _results_file(tiny_data_dir, tmp_path / "results.json")
-    _script("bench_rerank").main([
+    script("bench_rerank").main([
         "--model", str(tiny_cross_encoder), "--results", str(results), "--k", "5", "--pairs", "10",
         "--data-dir", str(tiny_data_dir), "--data", "tiny", "--batch-size", "4", "--repeats", "2", "--warmup", "0",
         "--precision", "both", "--threads", "1", "--steps", "3", "--train-batch-size", "2",
@@ -94,7 +95,7 @@ def test_bench_rerank_json_scores_and_losses_match_the_peer(tiny_cross_encoder, 
 def test_synthetic_fallback_gives_the_peer_expressible_groups(tmp_path):
     from argparse import Namespace
 
-    bench = _script("bench_rerank")
+    bench = script("bench_rerank")
     args = Namespace(data_dir=tmp_path / "none", data="x", train_batch_size=3, negatives=NEGATIVES, seed=1,
                      results=None, pairs=7, k=5)
     groups, source, skipped = bench.load_groups(args, 5)

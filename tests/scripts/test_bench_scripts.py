@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.scripts import script
 
 KEYS = {"rows", "ratio", "peak_gflops", "cpu_flags"}
-
-
-def _script(name: str):
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
 
 
 def _check(rep: dict, precisions: set[str]) -> None:
@@ -39,7 +30,7 @@ def test_bench_encode_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch,
     monkeypatch.setenv("DPR_NO_BF16", "1")  # the "CPU without bf16" path: fp32 and int8 rows
     monkeypatch.setattr(perf_cpu, "cpu_has_avx512", lambda: avx512)  # auto's runtime follows it
     out = tmp_path / "encode.json"
-    _script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
+    script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
                                   "--dataset", "tiny", "--n", "8", "--qa", "4", "--repeat", "1",
                                   "--peak-n", "64", "--no-corpus", "--no-bf16", "--onnx-cache", str(tmp_path / "onnx"),
                                   "--no-compile", "--json", str(out)])
@@ -78,7 +69,7 @@ def test_bench_encode_bf16_weights_row(tiny_model_dir, tiny_data_dir, tmp_path, 
     monkeypatch.delenv("DPR_NO_BF16", raising=False)
     monkeypatch.setenv("DPR_FORCE_BF16", "1")
     out = tmp_path / "encode.json"
-    _script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
+    script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
                                   "--dataset", "tiny", "--n", "8", "--qa", "4", "--repeat", "1", "--peak-n", "64",
                                   "--no-corpus", "--no-int8", "--no-onnx", "--no-compile", "--json", str(out)])
     rep = json.loads(out.read_text())
@@ -101,7 +92,7 @@ def test_bench_encode_compiled_row(tiny_model_dir, tiny_data_dir, tmp_path, monk
     monkeypatch.delenv("DPR_FORCE_BF16", raising=False)
     monkeypatch.setenv("DPR_NO_BF16", "1")
     out = tmp_path / "encode.json"
-    _script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
+    script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
                                   "--dataset", "tiny", "--n", "8", "--repeat", "1", "--peak-n", "64", "--no-bf16",
                                   "--no-int8", "--no-onnx", "--json", str(out)])
     rep = json.loads(out.read_text())
@@ -124,7 +115,7 @@ def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("DPR_NO_BF16", "1")
     out = tmp_path / "train.json"
     # 4 questions x (1 + 2) passages: 12 passage rows, more than a bucket of 8, so the buckets split
-    _script("bench_train").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
+    script("bench_train").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
                                  "--data", "tiny", "--steps", "2", "--batch-size", "4", "--hard-negatives", "2",
                                  "--peak-n", "64", "--no-bf16", "--json", str(out)])
     rep = json.loads(out.read_text())
@@ -154,7 +145,7 @@ def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
 
 def _train_bench(name: str, tiny_model_dir, tiny_data_dir, out) -> dict:
     """A bench of dpr-train processes on the tiny model and data, one round of 2 steps; its JSON must be its return."""
-    rep = _script(name).main([
+    rep = script(name).main([
         "--data-dir", str(tiny_data_dir), "--steps", "2", "--batch-size", "4", "--rounds", "1", "--json", str(out),
         "--extra", "data.name=tiny", "data.kind=qa", f"model.name={tiny_model_dir}", "model.pooling=mean",
         "model.passage_max_length=64", "train.lr=1e-3"])
@@ -184,7 +175,7 @@ def test_profile_step_json(tmp_path, monkeypatch, capsys, precision):
     monkeypatch.setenv("DPR_NO_BF16", "1")  # auto: fp32 only; both: bf16 forced as well
     out, md = tmp_path / "profile.json", tmp_path / "profile.md"
     attn = ["--attention-dropout", "0"] if precision == "both" else []  # train.attention_dropout=0's step
-    rep = _script("profile_step").main(["--tiny", "--precision", precision, "--passages", "8", "--top", "10",
+    rep = script("profile_step").main(["--tiny", "--precision", precision, "--passages", "8", "--top", "10",
                                         "--json", str(out), "--md", str(md), *attn])
     assert json.loads(out.read_text()) == rep
     assert set(rep) >= {"cpu_flags", "cpu", "settings", "profiles"} and isinstance(rep["cpu_flags"], list)

@@ -3,32 +3,23 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import torch
 
-from tests.conftest import REPO
-
-
-def _script():
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        return __import__("interpolate_weights")
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+from tests.scripts import script
 
 
 def test_interpolate_is_a_weighted_mean_and_writes_nothing_back():
     trained = {"w": torch.tensor([2.0, 4.0]), "ids": torch.tensor([0, 1])}
     start = {"w": torch.tensor([0.0, 1.0]), "ids": torch.tensor([0, 1])}
-    out = _script().interpolate(trained, start, 0.25)
+    out = script("interpolate_weights").interpolate(trained, start, 0.25)
     assert torch.allclose(out["w"], torch.tensor([0.5, 1.75])) and torch.equal(out["ids"], trained["ids"])
     assert torch.equal(trained["w"], torch.tensor([2.0, 4.0])) and torch.equal(start["w"], torch.tensor([0.0, 1.0]))
     out["ids"][0] = 5  # a copy, not the trained model's buffer
     assert trained["ids"][0] == 0
     with pytest.raises(ValueError, match="differ"):
-        _script().interpolate(trained, {"w": start["w"]}, 0.5)
+        script("interpolate_weights").interpolate(trained, {"w": start["w"]}, 0.5)
 
 
 def test_the_ends_score_the_trained_and_the_start_model(tiny_model_dir, tiny_data_dir, tmp_path):
@@ -46,7 +37,7 @@ def test_the_ends_score_the_trained_and_the_start_model(tiny_model_dir, tiny_dat
             p.add_(0.5 * torch.randn_like(p))
     run = save_biencoder(trained, tok, tmp_path / "model")
     out = tmp_path / "interp.json"
-    assert _script().main(["--model", str(run), "--data-dir", str(tiny_data_dir), "--data", "tiny",
+    assert script("interpolate_weights").main(["--model", str(run), "--data-dir", str(tiny_data_dir), "--data", "tiny",
                            "--alphas", "1,0", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["alpha"] for r in rows] == [1.0, 0.0]
@@ -71,7 +62,7 @@ def test_the_runs_own_validation_settings_are_used(tiny_model_dir, tiny_data_dir
     (run / "train_summary.json").write_text(json.dumps(
         {"config": {"train": {"val_max_questions": 2, "val_corpus_topk": False}}}))
     out = tmp_path / "interp.json"
-    _script().main(["--model", str(run), "--data-dir", str(tiny_data_dir), "--data", "tiny", "--alphas", "1",
+    script("interpolate_weights").main(["--model", str(run), "--data-dir", str(tiny_data_dir), "--data", "tiny", "--alphas", "1",
                     "--out", str(out)])
     row = json.loads(out.read_text())["rows"][0]
     assert row["num_questions"] == 2 and "top1" not in row

@@ -5,19 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 
 import pytest
 
-from tests.conftest import REPO
-
-
-def _script():
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        return __import__("mine_negatives")
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+from tests.scripts import script
 
 
 def _negative_ids(path):
@@ -34,7 +25,7 @@ def test_bm25_miner_equals_dpr_bm25_mining(tiny_data_dir, tmp_path):
         shutil.copytree(tiny_data_dir / "tiny", root)
     before = (ours / "train.json").read_text()
     out = tmp_path / "mined" / "bm25_train.json"
-    _script().main(["--dataset", str(ours), "--miner", "bm25", "--num-negatives", "3", "--depth", "8",
+    script("mine_negatives").main(["--dataset", str(ours), "--miner", "bm25", "--num-negatives", "3", "--depth", "8",
                     "--output", str(out)])
     assert (ours / "train.json").read_text() == before  # the dataset's own file is left alone
     index = bm25.get_or_build_index(theirs / "passages.tsv", theirs / "bm25_index")
@@ -56,7 +47,7 @@ def test_hybrid_miner_takes_the_hybrid_order_less_positives_and_answers(tiny_mod
     build_and_save(tmp_path / "emb", tmp_path / "index.faiss", factory="Flat", metric="ip")
     (tmp_path / "weight.json").write_text(json.dumps({"weight": 0.5}))
     out = tmp_path / "hybrid_train.json"
-    _script().main(["--dataset", str(root), "--miner", "hybrid", "--model", str(tiny_model_dir),
+    script("mine_negatives").main(["--dataset", str(root), "--miner", "hybrid", "--model", str(tiny_model_dir),
                     "--index", str(tmp_path / "index.faiss"), "--weight", str(tmp_path / "weight.json"),
                     "--num-negatives", "3", "--depth", "8", "--output", str(out)])
     hybrid = Retriever.hybrid(Retriever.bm25(root / "passages.tsv", root / "bm25_index"),
@@ -76,15 +67,15 @@ def test_hybrid_miner_takes_the_hybrid_order_less_positives_and_answers(tiny_mod
 def test_dense_miners_need_a_model_and_nothing_is_written(tiny_data_dir, tmp_path):
     out = tmp_path / "x.json"
     with pytest.raises(SystemExit, match="needs --model and --index"):
-        _script().main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "hybrid", "--output", str(out)])
+        script("mine_negatives").main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "hybrid", "--output", str(out)])
     with pytest.raises(SystemExit, match="no such file"):
-        _script().main(["--dataset", str(tiny_data_dir / "tiny"), "--split", "nope", "--miner", "bm25",
+        script("mine_negatives").main(["--dataset", str(tiny_data_dir / "tiny"), "--split", "nope", "--miner", "bm25",
                         "--output", str(out)])
     (tmp_path / "w.json").write_text("{}")
     with pytest.raises(SystemExit, match="no numeric 'weight' field"):
-        _script().main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "hybrid", "--model", "m", "--index", "i",
+        script("mine_negatives").main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "hybrid", "--model", "m", "--index", "i",
                         "--weight", str(tmp_path / "w.json"), "--output", str(out)])
     with pytest.raises(SystemExit, match="--depth >= 1"):
-        _script().main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "bm25", "--depth", "0",
+        script("mine_negatives").main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "bm25", "--depth", "0",
                         "--output", str(out)])
     assert not out.exists()
