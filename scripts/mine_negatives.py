@@ -20,16 +20,25 @@ import logging
 from pathlib import Path
 
 
-def _weight(arg: str) -> float:
-    """A number, or the pipeline's ``<run>/hybrid/weight.json`` (its dev-tuned weight)."""
+def _fusion(arg: str) -> tuple[float, str]:
+    """The hybrid's ``(weight, normalize)``: a number (min-max normalised, as the pipeline's default), or the
+    pipeline's ``<run>/hybrid/weight.json``, whose dev-tuned weight only means what it did with the normalisation
+    it was tuned under (its ``normalize`` field, min-max where the file predates it)."""
+    from dpr.retrieval.fusion import NORMALIZE
+
     path = Path(arg)
     if path.is_file():
         try:
-            return float(json.loads(path.read_text(encoding="utf-8"))["weight"])
+            tuned = json.loads(path.read_text(encoding="utf-8"))
+            weight = float(tuned["weight"])
         except (ValueError, KeyError, TypeError) as e:
             raise SystemExit(f"{path}: no numeric 'weight' field ({e})") from None
+        normalize = tuned.get("normalize", "minmax")
+        if normalize not in NORMALIZE:
+            raise SystemExit(f"{path}: field 'normalize' must be one of {NORMALIZE}, got {normalize!r}")
+        return weight, normalize
     try:
-        return float(arg)
+        return float(arg), "minmax"
     except ValueError:
         raise SystemExit(f"--weight {arg!r}: neither a number nor a weight.json file") from None
 
@@ -62,10 +71,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--miner {args.miner} needs --model and --index")
     if args.num_negatives < 0 or args.depth < 1:  # before any index is loaded
         raise SystemExit(f"need --num-negatives >= 0 and --depth >= 1, got {args.num_negatives} and {args.depth}")
-    weight = _weight(args.weight) if args.miner == "hybrid" else None
+    weight, normalize = _fusion(args.weight) if args.miner == "hybrid" else (None, None)
     bm25 = Retriever.bm25(ds.passages, Path(ds.root) / "bm25_index") if args.miner != "dense" else None
     dense = (Retriever.dense(args.model, args.index, passages=ds.passages) if args.miner != "bm25" else None)
     retriever = {"bm25": bm25, "dense": dense}.get(args.miner) or Retriever.hybrid(bm25, dense, weight,
+                                                                                     normalize=normalize,
                                                                                      depth=args.depth)
     qrels = judged_from_dataset(ds) if ds.kind == "qrels" else None
     mined, counts = mine_examples(retriever, read_retriever_json(source), num_negatives=args.num_negatives,
@@ -74,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_retriever_json(out, mined)
     stats = {"miner": args.miner, "source": str(source), "model": args.model, "index": args.index,
-             "weight": weight,
+             "weight": weight, "normalize": normalize,
              "num_negatives": args.num_negatives, "depth": args.depth, "counts": dict(counts)}
     write_json_atomic(out.with_name(out.stem + ".stats.json"), stats)
     logging.info("wrote %s (%d questions): %s", out, len(mined), dict(counts))

@@ -45,14 +45,15 @@ def test_hybrid_miner_takes_the_hybrid_order_less_positives_and_answers(tiny_mod
     encode_corpus(tiny_model_dir, root / "passages.tsv", tmp_path / "emb", batch_size=4, dtype="float32",
                   progress=False)
     build_and_save(tmp_path / "emb", tmp_path / "index.faiss", factory="Flat", metric="ip")
-    (tmp_path / "weight.json").write_text(json.dumps({"weight": 0.5}))
+    # the pipeline's weight.json: its weight is used with the normalisation it was tuned under
+    (tmp_path / "weight.json").write_text(json.dumps({"weight": 0.5, "normalize": "none"}))
     out = tmp_path / "hybrid_train.json"
     script("mine_negatives").main(["--dataset", str(root), "--miner", "hybrid", "--model", str(tiny_model_dir),
                     "--index", str(tmp_path / "index.faiss"), "--weight", str(tmp_path / "weight.json"),
                     "--num-negatives", "3", "--depth", "8", "--output", str(out)])
     hybrid = Retriever.hybrid(Retriever.bm25(root / "passages.tsv", root / "bm25_index"),
                               Retriever.dense(tiny_model_dir, tmp_path / "index.faiss", root / "passages.tsv"),
-                              weight=0.5, depth=8)
+                              weight=0.5, normalize="none", depth=8)
     examples = json.loads((root / "train.json").read_text())
     ranked = hybrid.search([ex["question"] for ex in examples], k=8)
     for ex, hits, got in zip(examples, ranked, _negative_ids(out)):
@@ -61,7 +62,8 @@ def test_hybrid_miner_takes_the_hybrid_order_less_positives_and_answers(tiny_mod
         want = [h.id for h in hits if h.id != positive and not any(
             a.lower() in f"{h.title} {h.text}".lower() for a in ex["answers"])][:3]
         assert got == want, ex["question"]
-    assert json.loads((tmp_path / "hybrid_train.stats.json").read_text())["weight"] == 0.5
+    stats = json.loads((tmp_path / "hybrid_train.stats.json").read_text())
+    assert (stats["weight"], stats["normalize"]) == (0.5, "none")
 
 
 def test_dense_miners_need_a_model_and_nothing_is_written(tiny_data_dir, tmp_path):
@@ -73,6 +75,10 @@ def test_dense_miners_need_a_model_and_nothing_is_written(tiny_data_dir, tmp_pat
                         "--output", str(out)])
     (tmp_path / "w.json").write_text("{}")
     with pytest.raises(SystemExit, match="no numeric 'weight' field"):
+        script("mine_negatives").main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "hybrid", "--model", "m", "--index", "i",
+                        "--weight", str(tmp_path / "w.json"), "--output", str(out)])
+    (tmp_path / "w.json").write_text(json.dumps({"weight": 1.0, "normalize": "zscore"}))
+    with pytest.raises(SystemExit, match="field 'normalize' must be one of"):
         script("mine_negatives").main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "hybrid", "--model", "m", "--index", "i",
                         "--weight", str(tmp_path / "w.json"), "--output", str(out)])
     with pytest.raises(SystemExit, match="--depth >= 1"):
