@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ablate_training.py"
+from tests.scripts import script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("ablate_training", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script("ablate_training")
 
 
 def test_table_rows_from_train_summaries():

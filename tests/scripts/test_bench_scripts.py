@@ -31,9 +31,9 @@ def test_bench_encode_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch,
     monkeypatch.setattr(perf_cpu, "cpu_has_avx512", lambda: avx512)  # auto's runtime follows it
     out = tmp_path / "encode.json"
     script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
-                                  "--dataset", "tiny", "--n", "8", "--qa", "4", "--repeat", "1",
-                                  "--peak-n", "64", "--no-corpus", "--no-bf16", "--onnx-cache", str(tmp_path / "onnx"),
-                                  "--no-compile", "--json", str(out)])
+                                 "--dataset", "tiny", "--n", "8", "--qa", "4", "--repeat", "1",
+                                 "--peak-n", "64", "--no-corpus", "--no-bf16", "--onnx-cache", str(tmp_path / "onnx"),
+                                 "--no-compile", "--json", str(out)])
     rep = json.loads(out.read_text())
     _check(rep, {"fp32", "int8"})
     onnx_row = [r for r in rep["rows"] if r["system"] == "ours-onnx"]  # the runtime=onnx lever, fp32
@@ -70,8 +70,8 @@ def test_bench_encode_bf16_weights_row(tiny_model_dir, tiny_data_dir, tmp_path, 
     monkeypatch.setenv("DPR_FORCE_BF16", "1")
     out = tmp_path / "encode.json"
     script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
-                                  "--dataset", "tiny", "--n", "8", "--qa", "4", "--repeat", "1", "--peak-n", "64",
-                                  "--no-corpus", "--no-int8", "--no-onnx", "--no-compile", "--json", str(out)])
+                                 "--dataset", "tiny", "--n", "8", "--qa", "4", "--repeat", "1", "--peak-n", "64",
+                                 "--no-corpus", "--no-int8", "--no-onnx", "--no-compile", "--json", str(out)])
     rep = json.loads(out.read_text())
     _check(rep, {"fp32", "bf16"})
     (lever,) = [r for r in rep["rows"] if r["system"] == "ours-bf16-weights"]
@@ -93,8 +93,8 @@ def test_bench_encode_compiled_row(tiny_model_dir, tiny_data_dir, tmp_path, monk
     monkeypatch.setenv("DPR_NO_BF16", "1")
     out = tmp_path / "encode.json"
     script("bench_encode").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
-                                  "--dataset", "tiny", "--n", "8", "--repeat", "1", "--peak-n", "64", "--no-bf16",
-                                  "--no-int8", "--no-onnx", "--json", str(out)])
+                                 "--dataset", "tiny", "--n", "8", "--repeat", "1", "--peak-n", "64", "--no-bf16",
+                                 "--no-int8", "--no-onnx", "--json", str(out)])
     rep = json.loads(out.read_text())
     _check(rep, {"fp32"})
     (lever,) = [r for r in rep["rows"] if r["system"] == "ours-compiled"]
@@ -116,8 +116,8 @@ def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     out = tmp_path / "train.json"
     # 4 questions x (1 + 2) passages: 12 passage rows, more than a bucket of 8, so the buckets split
     script("bench_train").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
-                                 "--data", "tiny", "--steps", "2", "--batch-size", "4", "--hard-negatives", "2",
-                                 "--peak-n", "64", "--no-bf16", "--json", str(out)])
+                                "--data", "tiny", "--steps", "2", "--batch-size", "4", "--hard-negatives", "2",
+                                "--peak-n", "64", "--no-bf16", "--json", str(out)])
     rep = json.loads(out.read_text())
     _check(rep, {"fp32"})
     rows = {r["system"]: r for r in rep["rows"]}
@@ -176,7 +176,7 @@ def test_profile_step_json(tmp_path, monkeypatch, capsys, precision):
     out, md = tmp_path / "profile.json", tmp_path / "profile.md"
     attn = ["--attention-dropout", "0"] if precision == "both" else []  # train.attention_dropout=0's step
     rep = script("profile_step").main(["--tiny", "--precision", precision, "--passages", "8", "--top", "10",
-                                        "--json", str(out), "--md", str(md), *attn])
+                                       "--json", str(out), "--md", str(md), *attn])
     assert json.loads(out.read_text()) == rep
     assert set(rep) >= {"cpu_flags", "cpu", "settings", "profiles"} and isinstance(rep["cpu_flags"], list)
     want = ["fp32"] if precision == "auto" else ["fp32", "bf16"]

@@ -3,22 +3,19 @@ the untrained model and two "trained" run dirs, one table."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import write_tiny_dataset
+from tests.scripts import script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("transfer_matrix", REPO / "scripts" / "transfer_matrix.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script("transfer_matrix")
 
 
 def _qrels_dataset(root: Path) -> None:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from tests.scripts import script
+
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("results_tables", ROOT / "scripts" / "results_tables.py")
-rt = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rt)
+rt = script("results_tables")
 
 QA = {"kind": "qa", "ks": [1, 5, 20], "systems": {
     "bm25": {"top_k": {"1": 0.766, "5": 0.9174, "20": 0.96}, "ci95": {"1": [0.747, 0.785], "5": [0.9, 0.93], "20": [0.95, 0.97]}},
