@@ -83,13 +83,17 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
         if prev_model is not None:
             train_file = rdir / "train.json"
             prev_index = out / "rounds" / f"round{r - 1}" / "index.faiss"
+            # The teacher scores each question's first teacher.max_negatives: the sources alternate so that
+            # prefix holds re-mined negatives too (BM25's first, it re-scored round 1's candidates). Without a
+            # teacher the trainer shuffles the whole list, and the recorded contrastive rounds keep their order.
+            interleave = {"interleave": True} if round_scores is not None else {}
             stages.run(
                 f"remine_round{r}",
-                lambda pm=prev_model, pi=prev_index, tf=train_file: remine_dataset(
-                    pm, pi, ds, tf, **remine.as_kwargs()),
+                lambda pm=prev_model, pi=prev_index, tf=train_file, il=interleave: remine_dataset(
+                    pm, pi, ds, tf, **remine.as_kwargs(), **il),
                 # the model that mines is an input (its index and biencoder.json): the settings are the parameters
                 outputs=[train_file], inputs=[prev_index, ds.train, prev_model / "biencoder.json"],
-                params={"remine": dataclasses.asdict(remine)},
+                params={"remine": dataclasses.asdict(remine), **interleave},
             )
             model = {**model, "name": str(prev_model)}  # continue from the previous round's weights
         # keys recorded only when set (train.attention_dropout) left out while null: earlier stages stay up to date

@@ -9,13 +9,17 @@ the index itself rather than through a `Retriever`: the margin needs the questio
 its positive, which that interface does not expose.
 
 The kept negatives can be mixed with the example's existing (BM25) ones: ``bm25_share`` of the list stays
-BM25's, the rest is dense-mined (topped up from the other source when one runs short). Counts of every
+BM25's, the rest is dense-mined (topped up from the other source when one runs short). By default the BM25
+part comes first; ``interleave`` alternates the sources so that every prefix of the list keeps the share, for
+readers that take a prefix (the teacher scores each question's first ``teacher.max_negatives``: with the
+BM25 part first, a teacher round re-scored BM25's own negatives and never saw a re-mined one). Counts of every
 filter are logged and returned.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any, Collection, Sequence
@@ -28,9 +32,13 @@ from dpr.negatives.mine import judged_docs, judged_from_dataset
 log = logging.getLogger(__name__)
 
 
-def mix_negatives(bm25: Sequence[dict], dense: Sequence[dict], n: int, bm25_share: float) -> list[dict]:
+def mix_negatives(bm25: Sequence[dict], dense: Sequence[dict], n: int, bm25_share: float,
+                  interleave: bool = False) -> list[dict]:
     """``bm25_share`` of ``n`` from ``bm25`` (in order), the rest from ``dense``; duplicates dropped, short
-    sources topped up from the other."""
+    sources topped up from the other. ``interleave``: the sources alternate so that each prefix of m holds
+    ceil(share * m - 0.5) BM25 negatives (share 0.5: dense, BM25, dense, ...) where both sources last."""
+    if interleave:
+        return _interleaved(bm25, dense, n, bm25_share)
     want_bm25 = int(round(n * bm25_share))
     out, seen = [], set()
 
@@ -48,6 +56,32 @@ def mix_negatives(bm25: Sequence[dict], dense: Sequence[dict], n: int, bm25_shar
     return out
 
 
+def _interleaved(bm25: Sequence[dict], dense: Sequence[dict], n: int, bm25_share: float) -> list[dict]:
+    sources = {"bm25": iter(bm25), "dense": iter(dense)}
+    out: list[dict] = []
+    seen: set = set()
+    taken_bm25 = 0
+
+    def next_new(name: str) -> dict | None:
+        for c in sources[name]:
+            if c["passage_id"] not in seen:
+                return c
+        return None
+
+    while len(out) < n:
+        first = "bm25" if taken_bm25 < math.ceil(bm25_share * (len(out) + 1) - 0.5) else "dense"
+        other = "dense" if first == "bm25" else "bm25"
+        c, name = next_new(first), first
+        if c is None:
+            c, name = next_new(other), other
+        if c is None:
+            break
+        seen.add(c["passage_id"])
+        out.append(c)
+        taken_bm25 += name == "bm25"
+    return out
+
+
 def remine_examples(
     model_path: str | Path,
     index_path: str | Path,
@@ -60,6 +94,7 @@ def remine_examples(
     skip_top: int = 0,
     relative_margin: float = 0.05,
     bm25_share: float = 0.5,
+    interleave: bool = False,
     batch_size: int = 64,
 ) -> tuple[list[dict], dict[str, int]]:
     """Copies of ``examples`` whose ``hard_negative_ctxs`` mix their BM25 negatives with the model's own."""
@@ -92,7 +127,7 @@ def remine_examples(
         totals.update(counts)
         dense = [{"passage_id": pid, "title": texts[pid]["title"], "text": texts[pid]["text"]} for pid in kept]
         out.append({**ex, "hard_negative_ctxs": mix_negatives(ex.get("hard_negative_ctxs") or [], dense,
-                                                              num_negatives, bm25_share)})
+                                                              num_negatives, bm25_share, interleave)})
     stats = {k: int(totals[k]) for k in ("examined", "kept", *FILTERS)}
     stats["questions"] = len(examples)
     log.info("dense re-mining: %s", ", ".join(f"{k}={v}" for k, v in stats.items()))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import given, strategies as st
 
 from dpr.negatives.dense import mix_negatives
 from dpr.negatives.filters import select_negatives
@@ -45,3 +48,40 @@ def test_mix_keeps_the_share_and_tops_up():
     assert got == ["b0", "b1", "d0", "d1"]
     got = [c["passage_id"] for c in mix_negatives(bm25, dense[:1], 4, 0.25)]
     assert got == ["b0", "d0", "b1", "b2"]  # dense ran short: topped up from BM25
+
+
+def test_interleave_alternates_the_sources_and_keeps_the_default_order_otherwise():
+    bm25 = [{"passage_id": f"b{i}"} for i in range(5)]
+    dense = [{"passage_id": "b0"}] + [{"passage_id": f"d{i}"} for i in range(5)]
+    # the prefix a teacher scores (its first 3) holds re-mined negatives: dense, BM25, dense, ...
+    got = [c["passage_id"] for c in mix_negatives(bm25, dense, 6, 0.5, interleave=True)]
+    # dense's first is b0 (also BM25's): it fills the first (dense) place once, and BM25's turn takes b1
+    assert got == ["b0", "b1", "d0", "b2", "d1", "b3"]
+    got = [c["passage_id"] for c in mix_negatives(bm25[:1], dense[1:], 4, 0.5, interleave=True)]
+    assert got == ["d0", "b0", "d1", "d2"]  # BM25 ran short: topped up from dense
+    # the same set as the default order wherever both sources last; the default order is unchanged
+    plain = mix_negatives(bm25, dense[1:], 4, 0.5)
+    assert [c["passage_id"] for c in plain] == ["b0", "b1", "d0", "d1"]
+    assert sorted(c["passage_id"] for c in mix_negatives(bm25, dense[1:], 4, 0.5, interleave=True)) == \
+        sorted(c["passage_id"] for c in plain)
+
+
+@given(n_bm25=st.integers(0, 12), n_dense=st.integers(0, 12), overlap=st.integers(0, 4), n=st.integers(0, 12),
+       share=st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]))
+def test_interleaved_prefixes_keep_the_share(n_bm25, n_dense, overlap, n, share):
+    bm25 = [{"passage_id": f"b{i}"} for i in range(n_bm25)]
+    dense = [{"passage_id": f"b{i}"} for i in range(min(overlap, n_bm25))] + \
+        [{"passage_id": f"d{i}"} for i in range(n_dense)]
+    got = [c["passage_id"] for c in mix_negatives(bm25, dense, n, share, interleave=True)]
+    pool = {c["passage_id"] for c in bm25 + dense}
+    assert len(got) == len(set(got)) == min(n, len(pool)) and set(got) <= pool
+    if overlap:
+        return
+    # while both sources still have unseen passages, each prefix of m holds ceil(share * m - 0.5) of BM25's
+    for m in range(1, len(got) + 1):
+        prefix = got[:m]
+        bm25_left = any(c["passage_id"] not in prefix for c in bm25)
+        dense_left = any(c["passage_id"] not in prefix and c["passage_id"].startswith("d") for c in dense)
+        if not (bm25_left and dense_left):
+            break
+        assert sum(pid.startswith("b") for pid in prefix) == math.ceil(share * m - 0.5)

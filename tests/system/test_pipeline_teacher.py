@@ -329,19 +329,24 @@ def test_teacher_rounds_score_each_remined_file_and_distil_from_it(tiny_data_dir
 
     out = tmp_path / "run"
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, "teacher.max_negatives=2"),
-                     "train.rounds=2", "remine.negatives=3", "remine.relative_margin=0.0",
-                     "remine.bm25_share=0.0", "until=train")
+                     "train.rounds=2", "remine.negatives=3", "remine.relative_margin=0.0", "until=train")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert {"teacher_scores", "remine_round2", "teacher_scores_round2", "train_round2"} <= _ran(out)
     round2 = out / "rounds" / "round2"
     summary = json.loads((out / "model" / "train_summary.json").read_text())
     assert summary["config"]["train"]["teacher_scores"] == str(round2 / "teacher_scores.jsonl")
     assert summary["config"]["loss"]["_target_"] == "dpr.losses.KLDistillLoss"
-    # the round's scores are of the re-mined candidates (its positives and first 2 new negatives)
+    # the round's scores are of the re-mined candidates (its positives and first 2 negatives)
     mined = json.loads((round2 / "train.json").read_text())
     store = read_teacher_scores(round2 / "teacher_scores.jsonl", round2 / "train.json")
     for ex in mined:
         assert set(store.by_question[ex["question"]]) == {c["passage_id"] for c in candidates_of(ex, 2)}
+    # with half of each list BM25's (remine.bm25_share's default) the sources alternate, so the 2 scored
+    # negatives hold re-mined ones: with BM25's part first they were round 1's (BM25's first 2) again
+    bm25_first = {ex["question"]: [c["passage_id"] for c in ex["hard_negative_ctxs"][:2]]
+                  for ex in json.loads((tiny_data_dir / "tiny" / "train.json").read_text())}
+    assert any([c["passage_id"] for c in ex["hard_negative_ctxs"][:2]] != bm25_first[ex["question"]]
+               for ex in mined if len(bm25_first[ex["question"]]) == 2)
     round1 = json.loads((out / "rounds" / "round1" / "model" / "train_summary.json").read_text())
     assert round1["config"]["train"]["teacher_scores"] == str(out / "teacher" / "teacher_scores.jsonl")
 
