@@ -83,9 +83,9 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
         if prev_model is not None:
             train_file = rdir / "train.json"
             prev_index = out / "rounds" / f"round{r - 1}" / "index.faiss"
-            # The teacher scores each question's first teacher.max_negatives: the sources alternate so that
-            # prefix holds re-mined negatives too (BM25's first, it re-scored round 1's candidates). Without a
-            # teacher the trainer shuffles the whole list, and the recorded contrastive rounds keep their order.
+            # The teacher scores each question's first teacher.max_negatives, so with a teacher the two sources
+            # alternate and that prefix holds re-mined negatives (with BM25's part first, the round re-scored
+            # round 1's candidates). Without one the trainer shuffles the whole list: the order stays as recorded.
             interleave = {"interleave": True} if round_scores is not None else {}
             stages.run(
                 f"remine_round{r}",

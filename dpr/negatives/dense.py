@@ -57,6 +57,8 @@ def mix_negatives(bm25: Sequence[dict], dense: Sequence[dict], n: int, bm25_shar
 
 
 def _interleaved(bm25: Sequence[dict], dense: Sequence[dict], n: int, bm25_share: float) -> list[dict]:
+    """`mix_negatives` with ``interleave``: at each place the source whose share of the prefix is behind, the
+    other where it has no unseen passage left."""
     sources = {"bm25": iter(bm25), "dense": iter(dense)}
     out: list[dict] = []
     seen: set = set()
