@@ -56,16 +56,16 @@ def test_bench_rerank_json_scores_and_losses_match_the_peer(tiny_cross_encoder, 
     script("bench_rerank").main([
         "--model", str(tiny_cross_encoder), "--results", str(results), "--k", "5", "--pairs", "10",
         "--data-dir", str(tiny_data_dir), "--data", "tiny", "--batch-size", "4", "--repeats", "2", "--warmup", "0",
-        "--precision", "both", "--threads", "1", "--steps", "3", "--train-batch-size", "2",
-        "--negatives", str(NEGATIVES), "--lr", "1e-2", "--peak-n", "64", "--length-bucket-lever", "4",
-        "--json", str(out)])  # 2 x (1 + N) = 6 pairs a step: the lever forwards them as 4 + 2
+        "--precision", "both", "--threads", "1", "--steps", "3", "--train-batch-size", "4",
+        "--negatives", str(NEGATIVES), "--lr", "1e-2", "--peak-n", "64",
+        "--json", str(out)])  # 4 x (1 + N) = 12 pairs a step: ours (buckets of 8) forwards them as 8 + 4
     rep = json.loads(out.read_text())
     assert rep["precisions"] == ["fp32"] and "bf16" in rep["skipped"]  # both = fp32 only without native bf16
     assert rep["threads"] == 1 and isinstance(rep["cpu_flags"], list)
     for part in ("score", "train"):
         sub = rep[part]
         assert set(sub) >= KEYS and set(sub["ratio"]) == {"fp32", "bf16", "best"} and sub["unit"] == "pairs/s"
-        lever = {("ours-length-buckets-4", "fp32")} if part == "train" else set()  # the default length_bucket_size is 0
+        lever = {("ours-one-forward", "fp32")} if part == "train" else set()  # the default length_bucket_size is 8
         assert {(r["system"], r["precision"]) for r in sub["rows"]} == {("ours", "fp32"), ("sentence-transformers", "fp32")} | lever
         for r in sub["rows"]:
             assert r["per_s"] > 0 and (r["mfu"] is not None) == r["system"].startswith("ours")
@@ -77,7 +77,7 @@ def test_bench_rerank_json_scores_and_losses_match_the_peer(tiny_cross_encoder, 
     assert len(peer["times_s"]) == 2 and 0 <= peer["max_abs_diff_vs_ours_fp32"] <= 1e-4
 
     train = rep["train"]
-    assert train["source"].endswith("train.json") and train["pairs_per_step"] == 2 * (1 + NEGATIVES)
+    assert train["source"].endswith("train.json") and train["pairs_per_step"] == 4 * (1 + NEGATIVES)
     rows = {r["system"]: r for r in train["rows"]}
     ours, theirs = rows["ours"], rows["sentence-transformers"]
     assert len(ours["times_s"]) == len(theirs["times_s"]) == 3
@@ -85,11 +85,11 @@ def test_bench_rerank_json_scores_and_losses_match_the_peer(tiny_cross_encoder, 
     assert abs(ours["first_loss"] - math.log(1 + NEGATIVES)) > 0.05 and ours["last_loss"] != ours["first_loss"]
     assert theirs["first_loss"] == pytest.approx(ours["first_loss"], abs=1e-4)
     assert theirs["max_abs_loss_diff_vs_ours"] <= 1e-4  # every step: same batches, same gradients, same AdamW
-    # length buckets give the same step: its own copy's losses follow ours step for step
-    assert rows["ours-length-buckets-4"]["max_abs_loss_diff_vs_ours"] <= 1e-4
-    assert ours["levers"] == ["rerank.train.precision=fp32", "rerank.train.length_bucket_size=0"]
-    assert rows["ours-length-buckets-4"]["levers"][-1] == "rerank.train.length_bucket_size=4"
-    assert "length-buckets-4" in train["ratio_levers"]
+    # one forward gives the same step as ours' length buckets: its own copy's losses follow ours step for step
+    assert rows["ours-one-forward"]["max_abs_loss_diff_vs_ours"] <= 1e-4
+    assert ours["levers"] == ["rerank.train.precision=fp32", "rerank.train.length_bucket_size=8"]
+    assert rows["ours-one-forward"]["levers"][-1] == "rerank.train.length_bucket_size=0"
+    assert "one-forward" in train["ratio_levers"]
 
 
 def test_synthetic_fallback_gives_the_peer_expressible_groups(tmp_path):
