@@ -35,30 +35,17 @@ log = logging.getLogger(__name__)
 def mix_negatives(bm25: Sequence[dict], dense: Sequence[dict], n: int, bm25_share: float,
                   interleave: bool = False) -> list[dict]:
     """``bm25_share`` of ``n`` from ``bm25`` (in order), the rest from ``dense``; duplicates dropped, short
-    sources topped up from the other. ``interleave``: the sources alternate so that each prefix of m holds
-    ceil(share * m - 0.5) BM25 negatives (share 0.5: dense, BM25, dense, ...) where both sources last."""
-    if interleave:
-        return _interleaved(bm25, dense, n, bm25_share)
+    sources topped up from the other. By default BM25's part comes first; ``interleave``: the sources alternate
+    so that each prefix of m holds ceil(share * m - 0.5) BM25 negatives (share 0.5: dense, BM25, dense, ...)
+    where both sources last."""
     want_bm25 = int(round(n * bm25_share))
-    out, seen = [], set()
 
-    def take(src: Sequence[dict], limit: int) -> None:
-        for c in src:
-            if len(out) >= limit:
-                return
-            if c["passage_id"] not in seen:
-                seen.add(c["passage_id"])
-                out.append(c)
+    def bm25_due(placed: int, taken_bm25: int) -> bool:
+        """Whether the next place is BM25's by the share (the other source fills it when this one is spent)."""
+        if interleave:
+            return taken_bm25 < math.ceil(bm25_share * (placed + 1) - 0.5)
+        return taken_bm25 < want_bm25
 
-    take(bm25, want_bm25)
-    take(dense, n)
-    take(bm25, n)
-    return out
-
-
-def _interleaved(bm25: Sequence[dict], dense: Sequence[dict], n: int, bm25_share: float) -> list[dict]:
-    """`mix_negatives` with ``interleave``: at each place the source whose share of the prefix is behind, the
-    other where it has no unseen passage left."""
     sources = {"bm25": iter(bm25), "dense": iter(dense)}
     out: list[dict] = []
     seen: set = set()
@@ -71,11 +58,12 @@ def _interleaved(bm25: Sequence[dict], dense: Sequence[dict], n: int, bm25_share
         return None
 
     while len(out) < n:
-        first = "bm25" if taken_bm25 < math.ceil(bm25_share * (len(out) + 1) - 0.5) else "dense"
-        other = "dense" if first == "bm25" else "bm25"
-        c, name = next_new(first), first
+        first = "bm25" if bm25_due(len(out), taken_bm25) else "dense"
+        name = first
+        c = next_new(first)
         if c is None:
-            c, name = next_new(other), other
+            name = "dense" if first == "bm25" else "bm25"
+            c = next_new(name)
         if c is None:
             break
         seen.add(c["passage_id"])
