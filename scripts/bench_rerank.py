@@ -285,7 +285,9 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
 
     # ours = `dpr-rerank train`'s step: its length_bucket_size default; the other setting is the lever row
     default_buckets = RerankTrainConfig().length_bucket_size
-    lever_buckets = args.length_bucket_lever if default_buckets == 0 else 0
+    lever_buckets = args.length_bucket_lever
+    if lever_buckets is None:  # the other side of the default: one forward where it buckets, buckets of 8 if not
+        lever_buckets = 0 if default_buckets else 8
     lever = f"length-buckets-{lever_buckets}" if lever_buckets else "one-forward"
     sides, buckets_of = {}, {"ours": default_buckets, f"ours-{lever}": lever_buckets}
     for p in precisions:
@@ -345,8 +347,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--max-length", type=int, default=d.max_length, help="for a fresh model (a trained one keeps its own)")
     ap.add_argument("--steps", type=int, default=10, help="training steps per row (the first is not timed)")
-    ap.add_argument("--length-bucket-lever", type=int, default=8,
-                    help="the lever row's rerank.train.length_bucket_size when the default is 0 (one forward)")
+    ap.add_argument("--length-bucket-lever", type=int, default=None,
+                    help="the lever row's rerank.train.length_bucket_size (default: 0, one forward, where the "
+                         "default buckets; 8 where it is one forward)")
     ap.add_argument("--train-batch-size", type=int, default=d.train.batch_size, help="questions per training step")
     ap.add_argument("--negatives", type=int, default=d.train.negatives)
     ap.add_argument("--lr", type=float, default=d.train.lr)
