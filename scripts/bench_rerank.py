@@ -366,6 +366,8 @@ def main(argv: list[str] | None = None) -> dict:
     for key in ("pairs", "batch_size", "repeats", "steps", "train_batch_size", "negatives", "k"):
         if getattr(args, key) < 1:
             raise ValueError(f"--{key.replace('_', '-')}={getattr(args, key)}: must be >= 1")
+    if args.length_bucket_lever is not None and args.length_bucket_lever < 0:
+        raise ValueError(f"--length-bucket-lever={args.length_bucket_lever}: must be >= 0 (0: one forward)")
 
     from dpr.atomic import write_json_atomic
     from dpr.perf import cpu_flags, cpu_supports_bf16, matmul_peak_gflops

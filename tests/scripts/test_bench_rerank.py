@@ -104,3 +104,10 @@ def test_synthetic_fallback_gives_the_peer_expressible_groups(tmp_path):
     questions, docs, source = bench.load_pairs(args, lambda title, text: f"{title} | {text}")
     assert len(questions) == len(docs) == 7 and source.startswith("synthetic") and " | " in docs[0]
     assert bench.synthetic_examples(3, 2, 1) == bench.synthetic_examples(3, 2, 1)  # seeded
+
+
+@pytest.mark.parametrize("argv, said", [(["--steps", "0"], "--steps=0: must be >= 1"),
+                                        (["--length-bucket-lever", "-1"], "--length-bucket-lever=-1: must be >= 0")])
+def test_bad_arguments_are_one_line_before_any_work(argv, said):
+    with pytest.raises(ValueError, match=said):
+        script("bench_rerank").main(argv)
