@@ -71,8 +71,8 @@ def _dev_qrels(dev: list[dict], dev_json: Path | None) -> dict | None:
 
 
 def _score(cfg: DictConfig) -> None:
-    from dpr.config import Real
     from dpr.rerank.rerank_file import rerank_file
+    from dpr.rerank.stage_config import WEIGHT
     from dpr.rerank.train import as_config
 
     rcfg = as_config(cfg.rerank)
@@ -83,8 +83,8 @@ def _score(cfg: DictConfig) -> None:
         raise FileNotFoundError(f"{cfg.results}: no such results file")
     grid = None if cfg.weight_grid is None else [float(w) for w in cfg.weight_grid]
     for key, value in [("weight", cfg.weight), *(("weight_grid", w) for w in grid or [])]:
-        if not Real(0).allows(value):
-            raise ValueError(f"{key} must be {Real(0).describe()}, got {value!r}")
+        if not WEIGHT.allows(value):
+            raise ValueError(f"{key} must be {WEIGHT.describe()}, got {value!r}")
     queries = passages = qrels = None
     if Path(cfg.results).suffix == ".trec":  # a TREC run names ids: the texts come from the dataset
         queries, passages = _texts(cfg)

@@ -253,6 +253,7 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
     metric = "ndcg@10" if qrels_data else "mrr"
     choice_file = rdir / "dev.json"
     score_params = {"precision": s.precision}  # the batch size changes the speed, not the scores
+    k_grid, weight_grid = list(tcfg.k_grid), list(tcfg.weight_grid)
 
     def choose() -> None:
         from dpr.rerank.model import load_cross_encoder
@@ -262,16 +263,16 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
         model, tok, settings = load_cross_encoder(tdir)
         qrels = _dev_qrels(ds, "dev")
         records = {name: texts.records(dev[name]) for name in FIRST_STAGES}
-        scores = pair_scores(model, tok, settings, list(records.values()), max(tcfg.k_grid),
+        scores = pair_scores(model, tok, settings, list(records.values()), max(k_grid),
                              batch_size=s.batch_size, precision=s.precision)  # one score per distinct pair
-        body: dict = {"metric": metric, "k_grid": list(tcfg.k_grid), "weight_grid": list(tcfg.weight_grid),
+        body: dict = {"metric": metric, "k_grid": k_grid, "weight_grid": weight_grid,
                       "systems": {}}
         for name, recs in records.items():
             # per depth: the interpolation weight tuned on dev, then the depth chosen on the tuned figures
-            by_kw = {k: {w: results_metrics(reranked(recs, scores, k, w), qrels) for w in tcfg.weight_grid}
-                     for k in tcfg.k_grid}
+            by_kw = {k: {w: results_metrics(reranked(recs, scores, k, w), qrels) for w in weight_grid}
+                     for k in k_grid}
             weight_at = {k: choose_weight(per_w, metric) for k, per_w in by_kw.items()}
-            per_k = {k: by_kw[k][weight_at[k]] for k in tcfg.k_grid}
+            per_k = {k: by_kw[k][weight_at[k]] for k in k_grid}
             k = choose_k(per_k, metric, tcfg.k_tolerance)
             body["systems"][name] = {"k": k, "weight": weight_at[k],
                                      "first_stage": results_metrics(recs, qrels),
@@ -282,11 +283,11 @@ def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRun
 
     stages.run("rerank_dev", choose, outputs=[choice_file],
                inputs=[*dev.values(), tdir, *texts.inputs(), *([ds.qrels("dev")] if qrels_data else [])],
-               params={"k_grid": list(tcfg.k_grid), "k_tolerance": tcfg.k_tolerance,
-                       "weight_grid": list(tcfg.weight_grid), **score_params})
+               params={"k_grid": k_grid, "k_tolerance": tcfg.k_tolerance,
+                       "weight_grid": weight_grid, **score_params})
     choice = json.loads(choice_file.read_text())
     runs: dict[str, Path] = {}
-    notes: dict = {"metric": f"{metric} on dev", "k_grid": list(tcfg.k_grid), "weight_grid": list(tcfg.weight_grid),
+    notes: dict = {"metric": f"{metric} on dev", "k_grid": k_grid, "weight_grid": weight_grid,
                    "cross_encoder": str(tdir),
                    "systems": {}}
     done: list[tuple[Path, int, float | None]] = []  # systems reranked so far: list, depth, seconds per pair

@@ -7,7 +7,7 @@ also takes ``teacher.<key>=`` for ``teacher_cfg.<key>=``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping
 
 from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
@@ -19,6 +19,8 @@ from dpr.rerank.config import RerankConfig
 DEFAULT_K_GRID = (20,)
 # minmax(logit) + w * minmax(first-stage score) over the top K (0: the cross-encoder alone), w tuned on dev
 DEFAULT_WEIGHT_GRID = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0)
+# one interpolation weight: the pipeline's grid and `dpr-rerank score weight=` follow the same rule
+WEIGHT = Real(0)
 
 
 @dataclass
@@ -77,7 +79,7 @@ class TeacherStageConfig:
 # The allowed range of every numeric key (checked by `dpr.config.check_ranges`, as TrainConfig's are).
 TEACHER_RANGES: dict[str, Range] = {
     "k_grid": Int(1, count=(1, None)),
-    "weight_grid": Real(0, count=(1, None)),
+    "weight_grid": replace(WEIGHT, count=(1, None)),
     "k_tolerance": Real(0, 1),
     "denoise_margin": Real(0),
     "max_negatives": Int(0, note="0: all"),
