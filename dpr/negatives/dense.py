@@ -58,11 +58,10 @@ def mix_negatives(bm25: Sequence[dict], dense: Sequence[dict], n: int, bm25_shar
         return None
 
     while len(out) < n:
-        first = "bm25" if bm25_due(len(out), taken_bm25) else "dense"
-        name = first
-        c = next_new(first)
-        if c is None:
-            name = "dense" if first == "bm25" else "bm25"
+        name = "bm25" if bm25_due(len(out), taken_bm25) else "dense"
+        c = next_new(name)
+        if c is None:  # this source is spent: the other fills the place
+            name = "dense" if name == "bm25" else "bm25"
             c = next_new(name)
         if c is None:
             break
