@@ -2,6 +2,12 @@
 
 A stage is up to date when every output it declared exists and its fingerprint (the stage's
 parameters plus the size and mtime of each input file) equals the one recorded when it last finished.
+
+Paths inside the run directory (``StageRunner.root``, the parent of ``state_dir`` by default) enter the
+fingerprint relative to it, so a run directory moved (``mv``, or copied keeping mtimes: ``cp -a``, ``rsync -a``)
+or named another way (relative against absolute) is still up to date; inputs elsewhere (the dataset) count by
+their own path. Markers written before that rule (whole paths) are still recognised, and rewritten in the new
+form the first time they are checked.
 """
 
 from __future__ import annotations
@@ -9,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +37,33 @@ def _stat(path: Path) -> list:
     return ["missing"]
 
 
-def fingerprint(params: Any, inputs: Iterable[str | Path]) -> str:
+RUN = "<run>"  # what the run directory's path is replaced by in a fingerprint
+
+
+def _run_forms(root: Path) -> list[str]:
+    """The spellings of ``root`` a stage's paths may use: as given, and absolute (longest first)."""
+    forms = {os.path.normpath(str(root)), os.path.abspath(str(root)), str(Path(root).resolve())}
+    return sorted((f for f in forms if f not in (".", "/")), key=len, reverse=True)
+
+
+def _relative(text: str, forms: list[str]) -> str:
+    """``text`` with each spelling of the run directory, where it is a whole path component, replaced by RUN."""
+    for form in forms:
+        text = re.sub(r"(?<![\w.~/-])" + re.escape(form) + r"(?=[/\\\"]|$)", RUN, text)
+    return text
+
+
+def fingerprint(params: Any, inputs: Iterable[str | Path], root: str | Path | None = None) -> str:
+    """A stage's fingerprint: ``params`` plus the size and mtime of each input; with ``root``, every path under
+    it counts relative to it (module doc)."""
+    forms = _run_forms(Path(root)) if root is not None else []
+    stats = {_relative(os.path.normpath(str(p)), forms): _stat(Path(p)) for p in inputs}
+    blob = json.dumps({"params": params, "inputs": stats}, sort_keys=True, default=str)
+    return hashlib.sha256(_relative(blob, forms).encode()).hexdigest()
+
+
+def _legacy_fingerprint(params: Any, inputs: Iterable[str | Path]) -> str:
+    """The fingerprint before run-relative paths (whole paths as given): markers of earlier runs."""
     blob = json.dumps({"params": params, "inputs": {str(p): _stat(Path(p)) for p in inputs}},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -37,10 +71,12 @@ def fingerprint(params: Any, inputs: Iterable[str | Path]) -> str:
 
 @dataclass
 class StageRunner:
-    """Runs named stages in order, skipping those whose outputs are present and up to date."""
+    """Runs named stages in order, skipping those whose outputs are present and up to date. ``root``: the run
+    directory whose paths count relative to it (default: ``state_dir``'s parent)."""
 
     state_dir: Path
     force: bool = False
+    root: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
 
@@ -56,12 +92,18 @@ class StageRunner:
         """Run ``fn`` unless the stage is up to date. Returns True when it ran."""
         outputs, inputs = [Path(p) for p in outputs], [Path(p) for p in inputs]
         marker = Path(self.state_dir) / f"{name}.json"
-        want = fingerprint(params, inputs)
+        root = self.root if self.root is not None else Path(self.state_dir).parent
+        want = fingerprint(params, inputs, root)
         if not self.force and marker.exists() and all(p.exists() for p in outputs):
-            if json.loads(marker.read_text()).get("fingerprint") == want:
+            recorded = json.loads(marker.read_text())
+            if recorded.get("fingerprint") not in (want, None) and \
+                    recorded["fingerprint"] == _legacy_fingerprint(params, inputs):  # an earlier release's marker
+                recorded["fingerprint"] = want
+                write_json_atomic(marker, recorded)
+            if recorded.get("fingerprint") == want:
                 log.info("[%s] up to date, skipping (outputs: %s)", name, ", ".join(map(str, outputs)))
                 self.skipped.append(name)
-                self.timings.setdefault(name, json.loads(marker.read_text()).get("seconds", 0.0))
+                self.timings.setdefault(name, recorded.get("seconds", 0.0))
                 return False
         log.info("[%s] running", name)
         start = time.perf_counter()
@@ -71,7 +113,7 @@ class StageRunner:
         if missing:
             raise RuntimeError(f"stage {name} finished without writing {missing}")
         # Outputs may be inputs of this stage too (mining rewrites train.json): fingerprint after the run.
-        write_json_atomic(marker, {"fingerprint": fingerprint(params, inputs), "seconds": seconds})
+        write_json_atomic(marker, {"fingerprint": fingerprint(params, inputs, root), "seconds": seconds})
         self.timings[name] = seconds
         log.info("[%s] done in %.1f s", name, seconds)
         return True

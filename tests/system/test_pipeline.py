@@ -86,6 +86,15 @@ def test_pipeline_end_to_end_and_skips_up_to_date_stages(tiny_data_dir, tiny_mod
     assert {"bm25_retrieve", "train", "dense_encode", "dense_index", "hybrid"} <= set(skipped)
     assert "up to date" in proc.stdout + proc.stderr
 
+    # third run, the run directory moved (a rename keeps mtimes): still every stage up to date
+    ran = set(timings["seconds"]) - {"prepare", "total"}
+    moved = tmp_path / "moved" / "run"
+    moved.parent.mkdir()
+    out.rename(moved)
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, moved, "hybrid.metric_k=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert set(json.loads((moved / "timings.json").read_text())["skipped"]) == ran
+
 
 def _check_hybrid_weight_from_dev(out: Path) -> None:
     """The saved weight is the one tuned on the dev result files, and a test-tuned weight differs (so the
