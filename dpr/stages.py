@@ -3,7 +3,7 @@
 A stage is up to date when every output it declared exists and its fingerprint (the stage's
 parameters plus the size and mtime of each input file) equals the one recorded when it last finished.
 
-Paths inside the run directory (``StageRunner.root``, the parent of ``state_dir`` by default) enter the
+Paths inside the run directory (the parent of ``StageRunner.state_dir``) enter the
 fingerprint relative to it, so a run directory moved (``mv``, or copied keeping mtimes: ``cp -a``, ``rsync -a``)
 or named another way (relative against absolute) is still up to date; inputs elsewhere (the dataset) count by
 their own path. Markers written before that rule (whole paths) are still recognised, and rewritten in the new
@@ -41,8 +41,8 @@ RUN = "<run>"  # what the run directory's path is replaced by in a fingerprint
 
 
 def _run_forms(root: Path) -> list[str]:
-    """The spellings of ``root`` a stage's paths may use: as given, and absolute (longest first)."""
-    forms = {os.path.normpath(str(root)), os.path.abspath(str(root)), str(Path(root).resolve())}
+    """The spellings of ``root`` a stage's paths may use: as given, normalised, and absolute (longest first)."""
+    forms = {str(root), os.path.normpath(str(root)), os.path.abspath(str(root)), str(Path(root).resolve())}
     return sorted((f for f in forms if f not in (".", "/")), key=len, reverse=True)
 
 
@@ -55,28 +55,21 @@ def _relative(text: str, forms: list[str]) -> str:
 
 def fingerprint(params: Any, inputs: Iterable[str | Path], root: str | Path | None = None) -> str:
     """A stage's fingerprint: ``params`` plus the size and mtime of each input; with ``root``, every path under
-    it counts relative to it (module doc)."""
+    it counts relative to it (module doc). Without ``root``: whole paths, the rule of markers written before."""
     forms = _run_forms(Path(root)) if root is not None else []
-    stats = {_relative(os.path.normpath(str(p)), forms): _stat(Path(p)) for p in inputs}
+    # Input paths made relative before the dump: sort_keys must order them the same wherever the run lives.
+    stats = {_relative(str(p), forms): _stat(Path(p)) for p in inputs}
     blob = json.dumps({"params": params, "inputs": stats}, sort_keys=True, default=str)
     return hashlib.sha256(_relative(blob, forms).encode()).hexdigest()
 
 
-def _legacy_fingerprint(params: Any, inputs: Iterable[str | Path]) -> str:
-    """The fingerprint before run-relative paths (whole paths as given): markers of earlier runs."""
-    blob = json.dumps({"params": params, "inputs": {str(p): _stat(Path(p)) for p in inputs}},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 @dataclass
 class StageRunner:
-    """Runs named stages in order, skipping those whose outputs are present and up to date. ``root``: the run
-    directory whose paths count relative to it (default: ``state_dir``'s parent)."""
+    """Runs named stages in order, skipping those whose outputs are present and up to date. ``state_dir``'s parent
+    is the run directory, whose paths count relative to it."""
 
     state_dir: Path
     force: bool = False
-    root: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
 
@@ -92,12 +85,12 @@ class StageRunner:
         """Run ``fn`` unless the stage is up to date. Returns True when it ran."""
         outputs, inputs = [Path(p) for p in outputs], [Path(p) for p in inputs]
         marker = Path(self.state_dir) / f"{name}.json"
-        root = self.root if self.root is not None else Path(self.state_dir).parent
+        root = Path(self.state_dir).parent
         want = fingerprint(params, inputs, root)
         if not self.force and marker.exists() and all(p.exists() for p in outputs):
             recorded = json.loads(marker.read_text())
             if recorded.get("fingerprint") not in (want, None) and \
-                    recorded["fingerprint"] == _legacy_fingerprint(params, inputs):  # an earlier release's marker
+                    recorded["fingerprint"] == fingerprint(params, inputs):  # an earlier release's marker
                 recorded["fingerprint"] = want
                 write_json_atomic(marker, recorded)
             if recorded.get("fingerprint") == want:

@@ -11,15 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from dpr.stages import StageRunner, _legacy_fingerprint, _relative, _run_forms, fingerprint
+from dpr.stages import StageRunner, _relative, _run_forms, fingerprint
+
+
+def _params(run: Path) -> dict:
+    """The stage's parameters: the run's paths in them, relative and absolute (as the pipeline's stages carry e.g.
+    the teacher's scores path)."""
+    return {"k": 5, "scores": str(run / "scores.json"), "abs_scores": str((run / "scores.json").resolve())}
 
 
 def _stage(run: Path, data: Path, calls: list, params_extra: dict | None = None) -> bool:
-    """One stage reading a dataset file and a file of the run, with the run's paths in its parameters too
-    (as the pipeline's stages carry e.g. the teacher's scores path), writing a file of the run."""
+    """One stage reading a dataset file and a file of the run, with :func:`_params`, writing a file of the run."""
     out = run / "result.txt"
-    params = {"k": 5, "scores": str(run / "scores.json"), "abs_scores": str((run / "scores.json").resolve()),
-              **(params_extra or {})}
+    params = {**_params(run), **(params_extra or {})}
 
     def work() -> None:
         calls.append(str(run))
@@ -91,8 +95,8 @@ def test_a_marker_of_the_whole_path_rule_counts_and_is_rewritten(layout):
     calls: list = []
     assert _stage(run, data, calls)
     marker = run / "stages" / "stage.json"
-    params = {"k": 5, "scores": str(run / "scores.json"), "abs_scores": str((run / "scores.json").resolve())}
-    legacy = _legacy_fingerprint(params, [data, run / "scores.json"])
+    params = _params(run)
+    legacy = fingerprint(params, [data, run / "scores.json"])  # no run directory: whole paths
     marker.write_text(json.dumps({"fingerprint": legacy, "seconds": 1.5}), encoding="utf-8")  # an earlier release's
     assert not _stage(run, data, calls)
     assert json.loads(marker.read_text())["fingerprint"] == fingerprint(params, [data, run / "scores.json"], run)
