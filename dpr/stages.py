@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from dpr.atomic import write_json_atomic
+from dpr.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,19 @@ def fingerprint(params: Any, inputs: Iterable[str | Path], root: str | Path | No
     return hashlib.sha256(_relative(blob, forms).encode()).hexdigest()
 
 
+def _read_marker(marker: Path) -> dict:
+    """A stage's marker; one that is not a JSON object is a `DataError` naming it (markers are written atomically,
+    so only a hand edit breaks one: deleting it runs the stage again)."""
+    try:
+        recorded = json.loads(marker.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(marker, f"broken stage marker ({err}); delete it to run the stage again",
+                        line=getattr(err, "lineno", None)) from None
+    if not isinstance(recorded, dict):
+        raise DataError(marker, "a stage marker is a JSON object; delete it to run the stage again")
+    return recorded
+
+
 @dataclass
 class StageRunner:
     """Runs named stages in order, skipping those whose outputs are present and up to date. ``state_dir``'s parent
@@ -88,7 +102,7 @@ class StageRunner:
         root = Path(self.state_dir).parent
         want = fingerprint(params, inputs, root)
         if not self.force and marker.exists() and all(p.exists() for p in outputs):
-            recorded = json.loads(marker.read_text())
+            recorded = _read_marker(marker)
             if recorded.get("fingerprint") not in (want, None) and \
                     recorded["fingerprint"] == fingerprint(params, inputs):  # an earlier release's marker
                 recorded["fingerprint"] = want

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dpr.errors import DataError
 from dpr.stages import StageRunner, _relative, _run_forms, fingerprint
 
 
@@ -102,3 +103,17 @@ def test_a_marker_of_the_whole_path_rule_counts_and_is_rewritten(layout):
     assert json.loads(marker.read_text())["fingerprint"] == fingerprint(params, [data, run / "scores.json"], run)
     assert json.loads(marker.read_text())["seconds"] == 1.5
     assert calls == [str(run)]
+
+
+@pytest.mark.parametrize("content", [b'{"fingerprint": ', b"[1, 2]", b"\xff\xfe{"])  # cut short, a list, not UTF-8
+def test_a_broken_marker_is_one_error_naming_it(layout, content):
+    """A hand-edited marker: one line naming the file and saying how to run the stage again; nothing runs."""
+    data, run = layout
+    calls: list = []
+    assert _stage(run, data, calls)
+    marker = run / "stages" / "stage.json"
+    marker.write_bytes(content)
+    with pytest.raises(DataError, match="delete it to run the stage again") as err:
+        _stage(run, data, calls)
+    assert str(err.value).startswith(str(marker)) and "\n" not in str(err.value)
+    assert len(calls) == 1
