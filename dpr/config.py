@@ -21,6 +21,12 @@ def strict_from_dict(cls: type[T], d: Mapping[str, Any], label: str) -> T:
     return cls(**dict(d))
 
 
+def fields_from(cls: type[T], d: Mapping[str, Any]) -> T:
+    """``cls`` from the keys of ``d`` that are fields of the dataclass ``cls``, its defaults for the others: a
+    stage's config out of a command's root, which holds the command's own keys beside it."""
+    return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+
 # ------------------------------------------------------------------ allowed ranges of numeric keys
 # One Range for both checkers: `check_ranges` below (config dataclass objects: TrainConfig, RerankConfig, ...) and
 # `dpr.cli.ranges.check_config_ranges` (the commands' composed configs, against their schemas' field metadata).

@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 
 DTYPES = ("float16", "float32")
 _SHARD_FILE = re.compile(r"^shard_\d{3,}_of_(\d{3,})\.(npy|ids\.txt|json)$")
-_D = EncodeConfig()  # the one source of the defaults below (dpr/encode_config.py says what each means)
 
 
 def passages_signature(passages_path: str | Path) -> dict[str, Any]:
@@ -153,25 +152,19 @@ def encode_corpus(
     model_path: str | Path,
     passages_path: str | Path,
     output_dir: str | Path,
+    config: EncodeConfig | None = None,
+    *,
     shard_id: int | None = None,
     num_shards: int = 1,
-    batch_size: int = _D.batch_size,
-    dtype: str = _D.dtype,
-    autocast: str | None = _D.autocast,
-    quantize: str | None = _D.quantize,
-    runtime: str | None = _D.runtime,
-    device: str | None = _D.device,
-    max_length: int | None = _D.max_length,
-    chunk_size: int = _D.chunk_size,
-    weights: str | None = _D.weights,
     cache_dir: str | Path | None = None,
     progress: bool = True,
-    compile: bool | str | None = _D.compile,
-    length_sort: str = _D.length_sort,
 ) -> Path:
-    """Encode the passages with the passage tower into ``output_dir``; returns ``output_dir``.
+    """Encode the passages with the passage tower into ``output_dir`` with the settings ``config`` (an
+    `EncodeConfig`, its defaults when None: dpr-encode's root keys, dpr-pipeline's ``encode`` section); returns
+    ``output_dir``.
 
     ``shard_id=None`` encodes every shard assigned to this process (all of them outside torchrun);
+    ``cache_dir`` also holds the Arrow copy of the passages (default: datasets' cache). The settings:
     ``dtype`` is the storage type of the vectors (float16 halves disk and index-build I/O);
     ``max_length`` defaults to the model's ``passage_max_length``; ``autocast`` "auto" | "bf16" |
     "fp16" | "off"; ``quantize`` "auto" | "none" | "int8" (`dpr.models.quantize`: int8 replaces autocast,
@@ -179,8 +172,7 @@ def encode_corpus(
     (`dpr.models.onnx_runtime`: CPU, fp32, autocast does not apply; auto = onnx where the encode runs in fp32 on an
     AVX-512 CPU; the graph is cached under
     ``<cache_dir>/onnx``, default the data cache's); ``device`` defaults to cuda:LOCAL_RANK when CUDA is
-    available and the runtime is torch, else CPU; ``cache_dir`` also holds the Arrow copy of the passages
-    (default: datasets' cache); ``weights`` "auto" (= fp32) | "fp32" | "bf16" (`dpr.models.weights`: bf16
+    available and the runtime is torch, else CPU; ``weights`` "auto" (= fp32) | "fp32" | "bf16" (`dpr.models.weights`: bf16
     weights replace autocast; recorded in the manifests, and a resume with another setting is refused);
     ``compile`` (`dpr.models.compile`: the passage tower through ``torch.compile(dynamic=True)``; a torch
     lever, so ``runtime=auto`` is torch with it; recorded and refused on a mixed resume as ``weights``);
@@ -189,6 +181,12 @@ def encode_corpus(
     """
     from dpr.data.passages import load_passages
 
+    cfg = EncodeConfig() if config is None else config
+    # locals: quantize, weights, compile, runtime and autocast are resolved below ("auto" → what it means here)
+    batch_size, dtype, autocast, quantize, runtime, device = (cfg.batch_size, cfg.dtype, cfg.autocast, cfg.quantize,
+                                                              cfg.runtime, cfg.device)
+    max_length, chunk_size, weights, compile, length_sort = (cfg.max_length, cfg.chunk_size, cfg.weights, cfg.compile,
+                                                             cfg.length_sort)
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     check_int("batch_size", batch_size, 1, MAX_BATCH)
@@ -309,13 +307,11 @@ encode_passages = encode_corpus
 
 
 def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: str | Path, ids: list[str],
-                 vectors: np.ndarray, *, computed_with: dict, num_shards: int = 1, batch_size: int = _D.batch_size,
-                 dtype: str = _D.dtype, autocast: str | None = _D.autocast, quantize: str | None = _D.quantize,
-                 runtime: str | None = _D.runtime, device: str | None = _D.device,
-                 max_length: int | None = _D.max_length, cache_dir: str | Path | None = None,
-                 weights: str | None = _D.weights, compile: bool | str | None = _D.compile) -> bool:
+                 vectors: np.ndarray, config: EncodeConfig | None = None, *, computed_with: dict, num_shards: int = 1,
+                 cache_dir: str | Path | None = None) -> bool:
     """Store corpus vectors computed elsewhere (the trainer's validation of the weights it saved) as the
-    finished shard that ``encode_corpus`` with the same arguments would write, so that call then skips
+    finished shard that ``encode_corpus`` with the same arguments (``config``: its `EncodeConfig`) would write, so
+    that call then skips
     the encoding (~2 minutes per 3,500 passages on 2 CPU cores). Returns whether it wrote.
 
     Only vectors that are what ``encode_corpus`` would compute are stored: one shard, the torch runtime
@@ -336,6 +332,9 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
     from dpr.models.weights import resolve_weights
     from dpr.trainkit.precision import autocast_dtype
 
+    cfg = EncodeConfig() if config is None else config
+    dtype, autocast, quantize, runtime, device = cfg.dtype, cfg.autocast, cfg.quantize, cfg.runtime, cfg.device
+    max_length, weights, compile = cfg.max_length, cfg.weights, cfg.compile  # quantize..compile: resolved below
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     check_max_length(max_length)

@@ -3,22 +3,25 @@
 
 Registered in Hydra's ConfigStore (`register_schema`) as ``encode_cfg/default`` (every field: conf/encode.yaml
 places it at the root) and ``encode_cfg/pipeline`` (the `PIPELINE_KEYS`: conf/pipeline.yaml places them under
-``encode``). Types and ranges are checked by the commands' schemas (`dpr.cli.schemas`) and by `encode_corpus`.
+``encode``). The fields carry their ranges (``ranged``): the commands' schemas (`dpr.cli.schemas`) are generated from them
+and check types and ranges; `encode_corpus` checks them again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
-from dpr.config import register_defaults
+from dpr.checks import INT32_MAX, MAX_BATCH, MAX_LENGTH
+from dpr.config import ranged, register_defaults
 
 
 @dataclass
 class EncodeConfig:
-    batch_size: int = 64
+    batch_size: int = ranged(64, 1, MAX_BATCH)
     dtype: str = "float16"            # storage type of the vectors: float16 | float32
-    autocast: str = "auto"            # auto (bf16 where the hardware has it) | bf16 | fp16 | off
+    # auto (bf16 where the hardware has it) | bf16 | fp16 | off (Any: YAML reads a bare `off` as false)
+    autocast: Any = "auto"
     # auto (= none: int8 misses cosine 0.99 vs fp32 on MiniLM, dpr/models/quantize.py) | none | int8 (CPU;
     # replaces autocast)
     quantize: str = "auto"
@@ -32,10 +35,10 @@ class EncodeConfig:
     # fp32; graph cached by the model's fingerprint; dpr/models/onnx_runtime.py)
     runtime: str = "auto"
     device: Optional[str] = None      # null: cuda:LOCAL_RANK if CUDA is available, else cpu
-    max_length: Optional[int] = None  # null: the model's passage_max_length
+    max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
     # passages pulled from Arrow per step (length-sorted within it): big enough for good length-sorting, small
     # enough that memory stays flat on a 21M-passage corpus
-    chunk_size: int = 16_384
+    chunk_size: int = ranged(16_384, 1, INT32_MAX)
     # tokens (tokenize each chunk once, batch by token count) | chars (by characters, tokenizing batch by batch:
     # sentence-transformers' rule) | none (file order); the same vectors up to rounding (dpr/models/inference.py)
     length_sort: str = "tokens"

@@ -20,8 +20,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from dpr import bm25, encode, index as faiss_index
 from dpr.atomic import write_json_atomic
+from dpr.bm25.config import index_settings
+from dpr.config import strict_from_dict
 from dpr.data.dataset import DatasetPaths
 from dpr.data.prepare import prepare_dataset
+from dpr.encode_config import EncodeConfig
 from dpr.eval.report import evaluate_qa, evaluate_qrels
 from dpr.model_card import write_model_card
 from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
@@ -32,7 +35,9 @@ from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
 from dpr.retrieval.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.stages import StageRunner
 from dpr.training.config import without_unset
+from dpr.losses import build_loss
 from dpr.training.rounds import split_rounds
+from dpr.training.teacher import bm25_teacher_section
 from dpr.training.train import train
 from dpr.trainkit.config_dict import plain
 
@@ -44,6 +49,12 @@ def _model(cfg: DictConfig) -> dict:
     from dpr.models.biencoder import without_empty_prefixes
 
     return without_empty_prefixes(plain(cfg.model))
+
+
+def _encode_config(cfg: DictConfig) -> EncodeConfig:
+    """The ``encode`` section as `encode_corpus` takes it: its keys (and any other EncodeConfig field a user adds,
+    ``+encode.max_length=128``) over EncodeConfig's defaults; a key that is no field is one line naming it."""
+    return strict_from_dict(EncodeConfig, plain(cfg.encode), "encode")
 
 
 def _questions(ds: DatasetPaths, split: str) -> list[Path]:
@@ -74,6 +85,9 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
     # train.rounds is the pipeline's key, not the trainer's: stripped from what train() and the stages see
     rounds, train_section = split_rounds(plain(cfg.train))
     remine = RemineConfig.from_dict(plain(cfg.get("remine")))
+    # a loss with a BM25 teacher (lexical_distill) builds the dataset's index with the run's bm25.* (recorded in the
+    # train stage only when they are not the defaults: stages of the default settings stay up to date)
+    teacher_bm25 = bm25_teacher_section(build_loss(plain(cfg.get("loss"))), plain(cfg.get("bm25")))
     prev_model: Path | None = None
     for r in range(1, rounds + 1):
         rdir = out / "rounds" / f"round{r}"
@@ -104,7 +118,7 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
         train_cfg = OmegaConf.create({
             "model": model, "data": plain(cfg.data), "train": train_keys, "loss": plain(cfg.get("loss")),
             "logger": plain(cfg.logger), "data_dir": str(cfg.data_dir), "output_dir": str(mdir),
-            "seed": cfg.seed, "train_file": str(train_file),
+            "seed": cfg.seed, "train_file": str(train_file), **teacher_bm25,
         })
         # The corpus as the starting weights encoded it (the untrained system's, or the last round's), and
         # where this round's weights will be exported: training reuses the one and fills the other.
@@ -120,7 +134,8 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
         )
         if r < rounds:  # the round's own index, to mine the next round's negatives from
             emb, idx = rdir / "embeddings", rdir / "index.faiss"
-            stages.run(f"encode_round{r}", lambda m=mdir, e=emb: encode.encode_corpus(str(m), ds.passages, e, **plain(cfg.encode)),
+            stages.run(f"encode_round{r}", lambda m=mdir, e=emb: encode.encode_corpus(str(m), ds.passages, e,
+                                                                                     _encode_config(cfg)),
                        outputs=[emb], inputs=[ds.passages, mdir / "biencoder.json"], params=plain(cfg.encode))
             stages.run(f"index_round{r}", lambda e=emb, i=idx: faiss_index.build_and_save(e, i, factory="Flat"),
                        outputs=[idx], inputs=[emb], params={"factory": "Flat"})
@@ -139,8 +154,8 @@ def _train_reusing_vectors(cfg: DictConfig, ds: DatasetPaths, train_cfg: DictCon
         return train(train_cfg, extra_summary=extra, start_vectors=start)
 
     def on_saved(model_dir: Path, ids: list[str], vectors: torch.Tensor, computed_with: dict) -> None:
-        encode.save_encoded(model_dir, ds.passages, export_emb, ids, vectors.numpy(), computed_with=computed_with,
-                            **plain(cfg.encode))
+        encode.save_encoded(model_dir, ds.passages, export_emb, ids, vectors.numpy(), _encode_config(cfg),
+                            computed_with=computed_with)
 
     return train(train_cfg, extra_summary=extra, start_vectors=start, on_saved=on_saved)
 
@@ -170,7 +185,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
 
     # 2. BM25: index, test and dev retrieval, hard-negative mining
     bcfg = cfg.bm25
-    bm25_params = {k: bcfg[k] for k in ("k1", "b", "stopwords", "stemmer")}
+    bm25_params = index_settings(plain(bcfg))  # the teacher of loss=lexical_distill builds this index with them too
     bm25_dir = out / "bm25"
     index_holder: dict[str, Any] = {}
 
@@ -213,7 +228,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
         res = {split: sdir / f"{split}{ext}" for split in (split_eval, split_dev)}
         stages.run(
             f"{name}_encode",
-            lambda: encode.encode_corpus(model_path, ds.passages, emb, **plain(cfg.encode)),
+            lambda: encode.encode_corpus(model_path, ds.passages, emb, _encode_config(cfg)),
             outputs=[emb], inputs=[ds.passages, *model_inputs], params=plain(cfg.encode),
         )
         stages.run(

@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.atomic import write_json_atomic
     from dpr.data.passages import iter_passages, write_passages
     from dpr.encode import encode_corpus
+    from dpr.encode_config import EncodeConfig
     from dpr.models import encode_texts, load_biencoder
     from dpr.models.hub import resolve_model_name
     from dpr.models.inference import padded_batches
@@ -325,13 +326,14 @@ def main(argv: list[str] | None = None) -> dict:
             tsv = Path(tmp) / "passages.tsv"
             write_passages(tsv, rows)
             t0 = time.perf_counter()
-            encode_corpus(args.model, tsv, Path(tmp) / "emb", batch_size=bs, autocast=args.autocast,
+            encode_corpus(args.model, tsv, Path(tmp) / "emb", EncodeConfig(batch_size=bs, autocast=args.autocast),
                           cache_dir=Path(tmp) / "arrow", progress=False)
             extra["encode_corpus_per_s_incl_load"] = round(n / (time.perf_counter() - t0), 1)
             if compiled is not None:  # the lever end to end, its compile counted (inductor's disk cache may
                 t0 = time.perf_counter()  # already hold the row's kernels: then the compile is cheaper here)
-                encode_corpus(args.model, tsv, Path(tmp) / "emb_compiled", batch_size=bs, autocast=args.autocast,
-                              cache_dir=Path(tmp) / "arrow", progress=False, compile=True)
+                encode_corpus(args.model, tsv, Path(tmp) / "emb_compiled",
+                              EncodeConfig(batch_size=bs, autocast=args.autocast, compile=True),
+                              cache_dir=Path(tmp) / "arrow", progress=False)
                 extra["encode_corpus_compiled_per_s_incl_load_and_compile"] = round(n / (time.perf_counter() - t0), 1)
     report = bench_report(out_rows, peer, default, peaks, ours_default_system=default_system, **extra)
     print(json.dumps(report, indent=1))

@@ -66,8 +66,9 @@ def load_real(args: argparse.Namespace, work: Path) -> dict:
     emb = args.embeddings
     if emb is None:  # no vectors given: encode the passages with the model (small corpora, tests)
         from dpr.encode import encode_corpus
+        from dpr.encode_config import EncodeConfig
 
-        emb = encode_corpus(args.model, args.passages, work / "real_emb", dtype="float32",
+        emb = encode_corpus(args.model, args.passages, work / "real_emb", EncodeConfig(dtype="float32"),
                             cache_dir=work / "arrow", progress=False)
     shards = list_shards(emb)
     vecs = np.concatenate([np.asarray(s.vectors(), dtype=np.float32) for s in shards])

@@ -69,6 +69,7 @@ def save_untrained(config_path: Path, model_name: str | None, out: Path, seed: i
 def evaluate_dataset(ds: DatasetPaths, models: Mapping[str, Path], out: Path, k: int, batch_size: int) -> dict:
     """BM25 and every model on ``ds``'s test split; returns ``{system: metric}`` (fractions)."""
     from dpr import bm25, encode, index as faiss_index
+    from dpr.encode_config import EncodeConfig
     from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
     from dpr.eval.report import evaluate_qa, evaluate_qrels
 
@@ -86,7 +87,7 @@ def evaluate_dataset(ds: DatasetPaths, models: Mapping[str, Path], out: Path, k:
         emb, idx, res = sdir / "embeddings", sdir / "index.faiss", sdir / f"test{ext}"
         inputs = [model / "biencoder.json", ds.passages]
         stages.run(f"{name}_encode", lambda model=model, emb=emb: encode.encode_corpus(
-            model, ds.passages, emb, batch_size=batch_size, progress=False), outputs=[emb], inputs=inputs)
+            model, ds.passages, emb, EncodeConfig(batch_size=batch_size), progress=False), outputs=[emb], inputs=inputs)
         stages.run(f"{name}_index", lambda emb=emb, idx=idx: faiss_index.build_and_save(emb, idx),
                    outputs=[idx], inputs=[emb])
         stages.run(f"{name}_retrieve", lambda model=model, idx=idx, res=res: retrieve.retrieve_split(

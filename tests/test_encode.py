@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 
 from dpr.cli.encode import rename_overrides
 from dpr.encode import assigned_shards, encode_corpus
+from dpr.encode_config import EncodeConfig
 from dpr.errors import DataError
 from dpr.index.shards import ShardFiles, list_shards, shard_range, shards_for_rank
 
@@ -68,15 +70,16 @@ def direct_cls_vectors(model_dir):
 def test_vectors_equal_direct_forward_pass(tiny_model_dir, tiny_data_dir, tmp_path):
     passages = tiny_data_dir / "tiny" / "passages.tsv"
     expected = direct_cls_vectors(tiny_model_dir)
-    kw = dict(num_shards=3, batch_size=2, chunk_size=2, autocast="off", cache_dir=tmp_path / "arrow", progress=False)
-    out32 = encode_corpus(tiny_model_dir, passages, tmp_path / "f32", dtype="float32", **kw)
+    kw = dict(num_shards=3, cache_dir=tmp_path / "arrow", progress=False)
+    settings = dict(batch_size=2, chunk_size=2, autocast="off")
+    out32 = encode_corpus(tiny_model_dir, passages, tmp_path / "f32", EncodeConfig(dtype="float32", **settings), **kw)
     vecs, ids, shards = read_all(out32)
     assert ids == [pid for pid, _, _ in TINY_PASSAGES]
     assert vecs.dtype == np.float32 and [s.count for s in shards] == [2, 3, 3]
     np.testing.assert_allclose(vecs, expected, rtol=0, atol=1e-5)
     assert shards[0].manifest["dim"] == 32 and shards[0].manifest["normalized"] is False
 
-    out16 = encode_corpus(tiny_model_dir, passages, tmp_path / "f16", dtype="float16", **kw)
+    out16 = encode_corpus(tiny_model_dir, passages, tmp_path / "f16", EncodeConfig(dtype="float16", **settings), **kw)
     vecs16, ids16, _ = read_all(out16)
     assert vecs16.dtype == np.float16 and ids16 == ids
     np.testing.assert_allclose(vecs16.astype(np.float32), expected, rtol=1e-3, atol=1e-3)
@@ -90,9 +93,9 @@ def test_resume_after_killed_shard(tiny_model_dir, tiny_data_dir, tmp_path, monk
     import dpr.models
 
     passages = tiny_data_dir / "tiny" / "passages.tsv"
-    kw = dict(num_shards=2, batch_size=2, chunk_size=3, dtype="float32", autocast="off",
-              cache_dir=tmp_path / "arrow", progress=False)
-    reference, ref_ids, _ = read_all(encode_corpus(tiny_model_dir, passages, tmp_path / "ref", **kw))
+    config = EncodeConfig(batch_size=2, chunk_size=3, dtype="float32", autocast="off")
+    kw = dict(num_shards=2, cache_dir=tmp_path / "arrow", progress=False)
+    reference, ref_ids, _ = read_all(encode_corpus(tiny_model_dir, passages, tmp_path / "ref", config, **kw))
 
     real = dpr.models.iter_encode_batches
     calls = {"n": 0}
@@ -107,7 +110,7 @@ def test_resume_after_killed_shard(tiny_model_dir, tiny_data_dir, tmp_path, monk
     out = tmp_path / "emb"
     monkeypatch.setattr(dpr.models, "iter_encode_batches", dies_after_first_batch)
     with pytest.raises(Killed):
-        encode_corpus(tiny_model_dir, passages, out, **kw)
+        encode_corpus(tiny_model_dir, passages, out, config, **kw)
     monkeypatch.setattr(dpr.models, "iter_encode_batches", real)
     # the killed shard left only temp files: nothing that looks finished
     visible = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
@@ -119,7 +122,7 @@ def test_resume_after_killed_shard(tiny_model_dir, tiny_data_dir, tmp_path, monk
     # a stale half-written temp file of shard 1 from an even older run is discarded too
     (out / ".shard_001_of_002.npy.tmp").write_bytes(b"garbage")
     with caplog.at_level(logging.INFO, logger="dpr.encode"):
-        encode_corpus(tiny_model_dir, passages, out, **kw)
+        encode_corpus(tiny_model_dir, passages, out, config, **kw)
     vecs, ids, _ = read_all(out)
     assert ids == ref_ids and len(set(ids)) == len(ids) == len(TINY_PASSAGES)
     np.testing.assert_array_equal(vecs, reference)
@@ -135,13 +138,13 @@ def test_resume_after_killed_shard(tiny_model_dir, tiny_data_dir, tmp_path, monk
 
     monkeypatch.setattr(dpr.models, "load_biencoder", no_model)
     with caplog.at_level(logging.INFO, logger="dpr.encode"):
-        encode_corpus(tiny_model_dir, passages, out, **kw)
+        encode_corpus(tiny_model_dir, passages, out, config, **kw)
     assert caplog.text.count("already encoded (") == 2 and "all 2 assigned shard(s) already encoded" in caplog.text
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == mtimes
 
     # a manifest from different settings (here dtype) does not count as finished
     monkeypatch.undo()
-    encode_corpus(tiny_model_dir, passages, out, shard_id=1, **{**kw, "dtype": "float16"})
+    encode_corpus(tiny_model_dir, passages, out, dataclasses.replace(config, dtype="float16"), shard_id=1, **kw)
     assert ShardFiles.of(out, 1, 2).manifest.stat().st_mtime_ns != mtimes["shard_001_of_002.json"]
     with pytest.raises(DataError, match="dtype"):
         list_shards(out)  # shard 0 float32, shard 1 float16: refused rather than mixed silently
@@ -150,25 +153,26 @@ def test_resume_after_killed_shard(tiny_model_dir, tiny_data_dir, tmp_path, monk
 def test_torchrun_rank_encodes_its_shards(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    out = encode_corpus(tiny_model_dir, tiny_data_dir / "tiny" / "passages.tsv", tmp_path / "emb", num_shards=4,
-                        dtype="float32", autocast="off", cache_dir=tmp_path / "arrow", progress=False)
+    out = encode_corpus(tiny_model_dir, tiny_data_dir / "tiny" / "passages.tsv", tmp_path / "emb",
+                        EncodeConfig(dtype="float32", autocast="off"), num_shards=4, cache_dir=tmp_path / "arrow",
+                        progress=False)
     names = sorted(p.name for p in out.glob("*.json"))
     assert names == ["shard_001_of_004.json", "shard_003_of_004.json"]
 
 
 def test_more_shards_than_passages_and_bad_dtype(tiny_model_dir, tiny_data_dir, tmp_path):
     passages = tiny_data_dir / "tiny" / "passages.tsv"
-    out = encode_corpus(tiny_model_dir, passages, tmp_path / "emb", num_shards=10, dtype="float32",
-                        autocast="off", cache_dir=tmp_path / "arrow", progress=False)
+    fp32 = EncodeConfig(dtype="float32", autocast="off")
+    out = encode_corpus(tiny_model_dir, passages, tmp_path / "emb", fp32, num_shards=10, cache_dir=tmp_path / "arrow",
+                        progress=False)
     vecs, ids, shards = read_all(out)
     assert len(shards) == 10 and sum(s.count == 0 for s in shards) == 2
     assert ids == [pid for pid, _, _ in TINY_PASSAGES] and vecs.shape == (8, 32)
     # re-encoding the same directory with another num_shards replaces the old shards, never mixes them
-    encode_corpus(tiny_model_dir, passages, out, num_shards=3, dtype="float32", autocast="off",
-                  cache_dir=tmp_path / "arrow", progress=False)
+    encode_corpus(tiny_model_dir, passages, out, fp32, num_shards=3, cache_dir=tmp_path / "arrow", progress=False)
     assert len(list(out.glob("*.npy"))) == 3
     vecs3, ids3, _ = read_all(out)
     # other shard sizes batch (and pad) passages differently: equal up to float rounding
     assert ids3 == ids and np.allclose(vecs3, vecs, atol=1e-5)
     with pytest.raises(ValueError, match="dtype"):
-        encode_corpus(tiny_model_dir, passages, tmp_path / "x", dtype="int8")
+        encode_corpus(tiny_model_dir, passages, tmp_path / "x", EncodeConfig(dtype="int8"))

@@ -3,15 +3,18 @@
 
 Registered in Hydra's ConfigStore as the ``bm25_cfg/default`` option: ``conf/bm25.yaml`` places it at the root
 (``bm25_cfg@_global_``: ``dpr-bm25 k1=1.2``), ``conf/pipeline.yaml`` under ``bm25`` (``dpr-pipeline bm25.k1=1.2``).
-Types and ranges are checked by the commands' schemas (`dpr.cli.schemas`) and by `dpr.bm25.index.index_params`.
+The fields carry their ranges (``ranged``): the commands' schemas (`dpr.cli.schemas`) are generated from them;
+`dpr.bm25.index.index_params` checks them again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
-from dpr.config import register_defaults
+from dpr.checks import MAX_K1
+from dpr.config import ranged, register_defaults
 
 # bm25s' scoring variant (Lucene's idf); fixed: it is not a setting, but an index records it
 METHOD = "lucene"
@@ -20,10 +23,18 @@ METHOD = "lucene"
 @dataclass
 class BM25Config:
     # pyserini's settings for its DPR Wikipedia runs (k1 = 0.9, b = 0.4)
-    k1: float = 0.9                   # term-frequency saturation (0: term frequency ignored)
-    b: float = 0.4                    # share of length normalisation, in [0, 1]
+    k1: float = ranged(0.9, 0.0, MAX_K1)  # term-frequency saturation (0: term frequency ignored)
+    b: float = ranged(0.4, 0.0, 1.0)  # share of length normalisation
     stopwords: Any = "en"             # en | none | any bm25s language name
     stemmer: Optional[str] = "english"  # a PyStemmer (Snowball) algorithm, or none
+
+
+def index_settings(section: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The index's settings (BM25Config's fields) of a ``bm25`` config section, BM25Config's defaults where it lacks
+    them; the section's other keys (the pipeline's mining depths) are not the index's. What every builder of a
+    dataset's cached index passes (the pipeline's BM25 stages, the BM25 teacher): one index, one set of settings."""
+    given = dict(section or {})
+    return {f.name: given.get(f.name, getattr(BM25Config(), f.name)) for f in dataclasses.fields(BM25Config)}
 
 
 def register_schema() -> None:

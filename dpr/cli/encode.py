@@ -18,15 +18,14 @@ register_schema()  # encode_cfg/default: conf/encode.yaml selects EncodeConfig's
 @report_errors("dpr-encode", outputs=("output_dir",), schema="encode")
 def _run(cfg: DictConfig) -> None:
     from dpr.cli.common import check_model_path
+    from dpr.config import fields_from
     from dpr.encode import encode_corpus
+    from dpr.encode_config import EncodeConfig
 
     check_model_path(cfg.model_path)
-    out = encode_corpus(
-        cfg.model_path, cfg.passages, cfg.output_dir,
-        shard_id=cfg.shard_id, num_shards=cfg.num_shards, batch_size=cfg.batch_size, dtype=cfg.dtype,
-        autocast=cfg.autocast, quantize=cfg.quantize, runtime=cfg.runtime, device=cfg.device, max_length=cfg.max_length,
-        chunk_size=cfg.chunk_size, weights=cfg.weights, compile=cfg.compile, length_sort=cfg.length_sort,
-    )
+    # the root holds EncodeConfig's keys (selected from it by conf/encode.yaml) beside the command's own
+    out = encode_corpus(cfg.model_path, cfg.passages, cfg.output_dir, fields_from(EncodeConfig, cfg),
+                        shard_id=cfg.shard_id, num_shards=cfg.num_shards)
     print(f"dpr-encode: embeddings in {out}")
 
 

@@ -18,31 +18,63 @@ stays open to other keys.
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dpr.checks import (INT32_MAX, MAX_BATCH, MAX_K, MAX_K1, MAX_K_RRF, MAX_LENGTH, MAX_RESAMPLES, MAX_SHARDS,
-                        MAX_THREADS, MAX_WEIGHT, SEED_MAX)
+from dpr import encode_config
+from dpr.checks import INT32_MAX, MAX_SHARDS, MAX_THREADS, SEED_MAX
 from dpr.bm25.config import BM25Config, register_schema as register_bm25
-from dpr.cli.ranges import check_config_ranges, ranged, ranged_list
+from dpr.cli.ranges import check_config_ranges, ranged
 from dpr.encode_config import EncodeConfig, register_schema as register_encode
-from dpr.eval.config import EvalConfig, register_schema as register_eval
+from dpr.eval.config import BootstrapConfig, EvalConfig, register_schema as register_eval
 from dpr.models import BiEncoderConfig
+from dpr.negatives import bm25_config as mining_config
 from dpr.negatives.config import register_schema as register_remine
 from dpr.negatives.bm25_config import BM25MiningConfig, register_schema as register_mining
 from dpr.reader.config import ReaderConfig, register_schema as register_reader
+from dpr.retrieval import config as retrieve_config
 from dpr.retrieval.config import RetrieveConfig, register_schema as register_retrieve
 from dpr.retrieval.fusion import HybridConfig, register_schema as register_hybrid
 from dpr.training.rounds import register_schema as register_rounds
 
-# The defaults of the sections several commands share come from their dataclass (the one source; the YAML
-# files select them as config groups): the schemas here only type and range them.
-_BM25, _MINE, _HYBRID, _EVAL = BM25Config(), BM25MiningConfig(), HybridConfig(), EvalConfig()
-_ENCODE, _RETRIEVE = EncodeConfig(), RetrieveConfig()
+# A part of a command schema: a dataclass (every field), or (a dataclass, the names of the fields taken).
+Part = Union[type, Tuple[type, Sequence[str]]]
+
+
+def fields_of(cls: type, keys: Sequence[str] | None = None) -> list[tuple[str, Any, Any]]:
+    """The fields ``keys`` of dataclass ``cls`` (default: every one, in its order) as `dataclasses.make_dataclass`
+    specs: the same type, default and range (``ranged`` metadata), so a schema that takes them restates nothing."""
+    hints = typing.get_type_hints(cls)  # the real types: the modules use `from __future__ import annotations`
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    specs = []
+    for name in by_name if keys is None else keys:
+        f = by_name[name]  # a KeyError here: a key that is no field of cls
+        default = ({"default_factory": f.default_factory} if f.default_factory is not dataclasses.MISSING
+                   else {"default": f.default})
+        specs.append((name, hints[name], field(metadata=f.metadata, **default)))
+    return specs
+
+
+def command_schema(name: str, *parts: Part) -> type:
+    """A command's (or a section's) schema: a dataclass with the fields of ``parts``, in order. The stage
+    dataclasses (EncodeConfig, RetrieveConfig, ...) are the one source of their keys' types, defaults and ranges;
+    a command's own keys (its inputs and outputs) are a small dataclass of their own, passed as one more part."""
+    specs: list[tuple[str, Any, Any]] = []
+    for part in parts:
+        cls, keys = part if isinstance(part, tuple) else (part, None)
+        specs += fields_of(cls, keys)
+    names = [s[0] for s in specs]
+    if len(set(names)) != len(names):
+        raise TypeError(f"{name}: a key from two parts: {sorted({n for n in names if names.count(n) > 1})}")
+    schema = dataclasses.make_dataclass(name, specs)
+    schema.__module__ = __name__  # where it is defined (pickling, error messages), not dataclasses'
+    return schema
 
 
 @dataclass
@@ -80,21 +112,14 @@ class PrepareSchema:
 
 
 @dataclass
-class Bm25Schema:
+class _Bm25Command:
     data: Optional[DataSchema] = None
     data_dir: str = MISSING
     split: str = "test"
     output: Optional[str] = None
-    k: int = ranged(_MINE.k, 1, MAX_K)
     n_threads: int = ranged(0, -1, MAX_THREADS, note="0 = the calling thread, -1 = all cores")
-    k1: float = ranged(_BM25.k1, 0.0, MAX_K1)
-    b: float = ranged(_BM25.b, 0.0, 1.0)
-    stopwords: Any = _BM25.stopwords
-    stemmer: Optional[str] = _BM25.stemmer
     index_dir: Optional[str] = None
     mine: bool = False
-    num_negatives: int = ranged(_MINE.num_negatives, 1, MAX_K)
-    depth: int = ranged(_MINE.depth, 1, MAX_K)
     force: bool = False
     passages: Optional[str] = None
     qa: Optional[str] = None
@@ -102,25 +127,19 @@ class Bm25Schema:
     qrels: Optional[str] = None
 
 
+Bm25Schema = command_schema("Bm25Schema", _Bm25Command, BM25Config, BM25MiningConfig)
+
+
 @dataclass
-class EncodeSchema:
+class _EncodeCommand:
     model_path: str = MISSING
     passages: str = MISSING
     output_dir: str = MISSING
     shard_id: Optional[int] = ranged(None, 0, MAX_SHARDS - 1, note="and < num_shards; null = every shard")
     num_shards: int = ranged(1, 1, MAX_SHARDS)
-    batch_size: int = ranged(_ENCODE.batch_size, 1, MAX_BATCH)
-    dtype: str = _ENCODE.dtype
-    autocast: Any = _ENCODE.autocast  # Any: YAML reads a bare `off` as false
-    quantize: str = _ENCODE.quantize
-    runtime: str = _ENCODE.runtime
-    device: Optional[str] = _ENCODE.device
-    max_length: Optional[int] = ranged(_ENCODE.max_length, 1, MAX_LENGTH,
-                                       note="and <= the model's positions; null = the model's")
-    chunk_size: int = ranged(_ENCODE.chunk_size, 1, INT32_MAX)
-    weights: str = _ENCODE.weights
-    compile: bool = _ENCODE.compile
-    length_sort: str = _ENCODE.length_sort
+
+
+EncodeSchema = command_schema("EncodeSchema", _EncodeCommand, EncodeConfig)
 
 
 @dataclass
@@ -131,7 +150,7 @@ class IndexCommandSchema:
 
 
 @dataclass
-class RetrieveSchema:
+class _RetrieveCommand:
     mode: str = "dense"
     output: str = MISSING
     model_path: Optional[str] = None
@@ -140,42 +159,25 @@ class RetrieveSchema:
     qa: Optional[str] = None
     queries: Optional[str] = None
     qrels: Optional[str] = None
-    k: int = ranged(_RETRIEVE.k, 1, MAX_K)
-    batch_size: int = ranged(_RETRIEVE.batch_size, 1, MAX_BATCH)
-    search_batch_size: int = ranged(_RETRIEVE.search_batch_size, 1, MAX_BATCH)
-    device: Optional[str] = _RETRIEVE.device
-    autocast: Any = _RETRIEVE.autocast  # Any: YAML reads a bare `off` as false
-    weights: str = _RETRIEVE.weights
-    index_device: str = _RETRIEVE.index_device
-    nprobe: Optional[int] = ranged(_RETRIEVE.nprobe, 1, INT32_MAX, note="null = as saved in the index")
-    ef_search: Optional[int] = ranged(_RETRIEVE.ef_search, 1, INT32_MAX, note="null = as saved in the index")
-    match: str = _RETRIEVE.match
-    max_length: Optional[int] = ranged(_RETRIEVE.max_length, 1, MAX_LENGTH,
-                                       note="and <= the model's positions; null = the model's")
     bm25: Optional[str] = None
     dense: Optional[str] = None
-    fusion: str = _RETRIEVE.fusion
-    weight: Optional[float] = ranged(_RETRIEVE.weight, 0.0, MAX_WEIGHT, note="null = tuned on dev")
-    normalize: str = _HYBRID.normalize
     bm25_dev: Optional[str] = None
     dense_dev: Optional[str] = None
     qrels_dev: Optional[str] = None
-    grid: List[float] = ranged_list(0.0, MAX_WEIGHT, default=lambda: list(_HYBRID.grid))
-    metric: str = _HYBRID.metric
-    metric_k: int = ranged(_HYBRID.metric_k, 1, MAX_K)
-    k_rrf: float = ranged(_HYBRID.k_rrf, 0.0, MAX_K_RRF)
+
+
+RetrieveSchema = command_schema("RetrieveSchema", _RetrieveCommand, RetrieveConfig, HybridConfig)
 
 
 @dataclass
-class EvalSchema:
+class _EvalCommand:
     results: Any = MISSING
     names: Any = None
     output_dir: str = MISSING
     qrels: Optional[str] = None
-    ks: List[int] = ranged_list(1, MAX_K, default=lambda: list(_EVAL.ks))
-    match: str = _EVAL.match
-    resamples: int = ranged(1000, 1, MAX_RESAMPLES)
-    seed: int = ranged(0, 0, SEED_MAX)
+
+
+EvalSchema = command_schema("EvalSchema", _EvalCommand, EvalConfig, BootstrapConfig)
 
 
 @dataclass
@@ -190,54 +192,23 @@ class TrainCommandSchema:
     train_file: Optional[str] = None  # re-mining rounds train on their own file
     seed: int = ranged(42, 0, SEED_MAX)
     overwrite: bool = False
+    bm25: BM25Config = field(default_factory=BM25Config)  # the BM25 teacher's index (loss=lexical_distill)
 
 
 # dpr-pipeline: the sections it reads are typed and ranged; the schema stays open (the encode and bm25
 # sections are passed on as keyword arguments, so a `+encode.<key>` the function takes is legal).
 @dataclass
-class PipelineBm25:
-    k1: float = ranged(_BM25.k1, 0.0, MAX_K1)
-    b: float = ranged(_BM25.b, 0.0, 1.0)
-    stopwords: Any = _BM25.stopwords
-    stemmer: Optional[str] = _BM25.stemmer
-    k: int = ranged(_MINE.k, 1, MAX_K)
+class _PipelineBm25Command:
     mine: bool = True
-    num_negatives: int = ranged(_MINE.num_negatives, 1, MAX_K)
 
 
-@dataclass
-class PipelineEncode:
-    batch_size: int = ranged(_ENCODE.batch_size, 1, MAX_BATCH)
-    dtype: str = _ENCODE.dtype
-    autocast: Any = _ENCODE.autocast
-    quantize: str = _ENCODE.quantize
-    runtime: str = _ENCODE.runtime
-    max_length: Optional[int] = ranged(_ENCODE.max_length, 1, MAX_LENGTH,
-                                       note="and <= the model's positions; null = the model's")
-    weights: str = _ENCODE.weights
-
-
-@dataclass
-class PipelineRetrieve:
-    k: int = ranged(_RETRIEVE.k, 1, MAX_K)
-    batch_size: int = ranged(_RETRIEVE.batch_size, 1, MAX_BATCH)
-    autocast: Any = _RETRIEVE.autocast
-    weights: str = _RETRIEVE.weights
-
-
-@dataclass
-class PipelineHybrid:
-    grid: List[float] = ranged_list(0.0, MAX_WEIGHT, default=lambda: list(_HYBRID.grid))
-    metric: str = _HYBRID.metric
-    metric_k: int = ranged(_HYBRID.metric_k, 1, MAX_K)
-    normalize: str = _HYBRID.normalize
-    k_rrf: float = ranged(_HYBRID.k_rrf, 0.0, MAX_K_RRF)
-
-
-@dataclass
-class PipelineEval:
-    ks: List[int] = ranged_list(1, MAX_K, default=lambda: list(_EVAL.ks))
-    match: str = _EVAL.match
+PipelineBm25 = command_schema("PipelineBm25", BM25Config, (BM25MiningConfig, mining_config.PIPELINE_KEYS),
+                              _PipelineBm25Command)
+# + max_length: typed and ranged where a user adds it (`+encode.max_length=128`), not in the composed section
+PipelineEncode = command_schema("PipelineEncode", (EncodeConfig, encode_config.PIPELINE_KEYS + ("max_length",)))
+PipelineRetrieve = command_schema("PipelineRetrieve", (RetrieveConfig, retrieve_config.PIPELINE_KEYS))
+PipelineHybrid = command_schema("PipelineHybrid", HybridConfig)
+PipelineEval = command_schema("PipelineEval", EvalConfig)
 
 
 # dpr-reader (and dpr-pipeline's reader=true): reader_cfg is `dpr.reader.config.ReaderConfig`, the one source of

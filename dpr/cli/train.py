@@ -20,6 +20,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from dpr.bm25.config import register_schema as register_bm25_schema
 from dpr.cli.argv import hydra_argv, refuse_moved, shows_only
 from dpr.cli.common import CONF_DIR, check_writable, quiet_interrupt, report_errors
 from dpr.negatives.config import moved_from_train
@@ -73,6 +74,7 @@ class SweepSummaryCallback(Callback):
 
 
 register_schema()  # train/schema: conf/train/*.yaml extend the TrainConfig dataclass
+register_bm25_schema()  # bm25_cfg/default: conf/train.yaml's bm25 section (the BM25 teacher's settings)
 
 # Re-mining rounds are the pipeline's (one dpr-train run is one round): its keys left TrainConfig in issue 24.
 MOVED = {"train.rounds": "re-mining rounds run in dpr-pipeline (dpr-pipeline train.rounds=N)",

@@ -12,8 +12,11 @@ from typing import Sequence
 
 import numpy as np
 
-DEFAULT_RESAMPLES = 1000
-DEFAULT_SEED = 0
+from dpr.eval.config import BootstrapConfig
+
+# the defaults of dpr-eval's resamples and seed (one source: BootstrapConfig)
+DEFAULT_RESAMPLES = BootstrapConfig().resamples
+DEFAULT_SEED = BootstrapConfig().seed
 # Bound the float64 intermediate of one chunk of resamples (chunk x questions x columns) to ~32 MB.
 _MAX_CHUNK_ELEMS = 4_000_000
 

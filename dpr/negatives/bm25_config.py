@@ -5,22 +5,23 @@ and the miner `dpr.negatives.bm25`.
 Registered in Hydra's ConfigStore (`register_schema`) as ``bm25_mine_cfg/default`` (every field: conf/bm25.yaml
 places it at the root) and ``bm25_mine_cfg/pipeline`` (the `PIPELINE_KEYS`: conf/pipeline.yaml places them under
 ``bm25``). Whether to mine (``mine``) is each command's own choice, written in its YAML: dpr-bm25 retrieves unless
-told to mine, the pipeline mines unless told not to. Types and ranges are checked by the commands' schemas
-(`dpr.cli.schemas`).
+told to mine, the pipeline mines unless told not to. The fields carry their ranges (``ranged``):
+the commands' schemas (`dpr.cli.schemas`) are generated from them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dpr.config import register_defaults
+from dpr.checks import MAX_K
+from dpr.config import ranged, register_defaults
 
 
 @dataclass
 class BM25MiningConfig:
-    k: int = 100              # passages per question in BM25's results (the pipeline also mines from these top k)
-    num_negatives: int = 30   # hard negatives kept per training question
-    depth: int = 100          # how deep in BM25's ranking to look for negatives (dpr-bm25; the pipeline's is k)
+    k: int = ranged(100, 1, MAX_K)  # passages per question in BM25's results (the pipeline also mines from these top k)
+    num_negatives: int = ranged(30, 1, MAX_K)  # hard negatives kept per training question
+    depth: int = ranged(100, 1, MAX_K)  # how deep in BM25's ranking to look for negatives (dpr-bm25; the pipeline's is k)
 
 
 # The keys of the pipeline's ``bm25`` section: its BM25 stages' recorded parameters (with BM25Config's and

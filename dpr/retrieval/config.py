@@ -3,36 +3,40 @@
 
 Registered in Hydra's ConfigStore (`register_schema`) as ``retrieve_cfg/default`` (every field: conf/retrieve.yaml
 places it at the root) and ``retrieve_cfg/pipeline`` (the `PIPELINE_KEYS`: conf/pipeline.yaml places them under
-``retrieve``). The hybrid's fusion and tuning settings are `dpr.retrieval.fusion.HybridConfig`'s. Types and ranges
-are checked by the commands' schemas (`dpr.cli.schemas`) and by the functions that take them (`dpr.checks`).
+``retrieve``). The hybrid's fusion and tuning settings are `dpr.retrieval.fusion.HybridConfig`'s. The fields carry
+their ranges (``ranged``): the commands' schemas (`dpr.cli.schemas`) are generated from them; the functions that
+take them check them again (`dpr.checks`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
-from dpr.config import register_defaults
+from dpr.checks import INT32_MAX, MAX_BATCH, MAX_K, MAX_LENGTH, MAX_WEIGHT
+from dpr.config import ranged, register_defaults
 
 
 @dataclass
 class RetrieveConfig:
-    k: int = 100                      # passages per question
-    batch_size: int = 64              # question encoding batch
-    search_batch_size: int = 1024     # questions per FAISS search call
+    k: int = ranged(100, 1, MAX_K)  # passages per question
+    batch_size: int = ranged(64, 1, MAX_BATCH)  # question encoding batch
+    search_batch_size: int = ranged(1024, 1, MAX_BATCH)  # questions per FAISS search call
     device: Optional[str] = None      # encoder device; null: cuda:LOCAL_RANK if available, else cpu
-    autocast: str = "auto"            # auto (bf16 where the hardware has it) | bf16 | fp16 | off
+    # auto (bf16 where the hardware has it) | bf16 | fp16 | off (Any: YAML reads a bare `off` as false)
+    autocast: Any = "auto"
     # auto (= fp32: fp32 weights under autocast) | fp32 | bf16 (question encoder cast to bf16 once;
     # dpr/models/weights.py)
     weights: str = "auto"
     index_device: str = "cpu"         # gpu: shard the index over all visible GPUs
-    nprobe: Optional[int] = None      # IVF lists probed (null: as saved in the index)
-    ef_search: Optional[int] = None   # HNSW beam (null: as saved in the index)
+    nprobe: Optional[int] = ranged(None, 1, INT32_MAX, note="null = as saved in the index")  # IVF lists probed
+    ef_search: Optional[int] = ranged(None, 1, INT32_MAX, note="null = as saved in the index")  # HNSW beam
     match: str = "string"             # has_answer matching: string | regex
-    max_length: Optional[int] = None  # null: the model's question_max_length
+    # null: the model's question_max_length
+    max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
     fusion: str = "linear"            # hybrid: linear (dense + w·bm25 after per-question min-max) | rrf
     # hybrid, linear: null = tuned on the dev result files over HybridConfig.grid by HybridConfig.metric
-    weight: Optional[float] = None
+    weight: Optional[float] = ranged(None, 0.0, MAX_WEIGHT, note="null = tuned on dev")
 
 
 # The keys of the pipeline's ``retrieve`` section (its dense retrieval stages; the others keep RetrieveConfig's

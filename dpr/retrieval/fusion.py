@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Mapping, Sequence, Union
 
 import numpy as np
 
 from dpr.checks import MAX_K, MAX_K_RRF, MAX_WEIGHT, check_float, check_int
+from dpr.config import ranged, ranged_list
 from dpr.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -52,11 +53,12 @@ class HybridConfig:
     Registered in Hydra's ConfigStore as ``hybrid_cfg/default`` (`register_schema`)."""
 
     # the weights tried on dev: fine below 1 (where min-max-normalised BM25 helps most), coarse up to 5
-    grid: List[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0])
+    grid: List[float] = ranged_list(0.0, MAX_WEIGHT,
+                                    default=lambda: [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0])
     metric: str = "mrr"       # tune by dev MRR@metric_k (topk: top-k accuracy / Recall@k, saturates near 98%)
-    metric_k: int = 100
+    metric_k: int = ranged(100, 1, MAX_K)
     normalize: str = "minmax"  # minmax (per question, to [0, 1]) | none (raw scores, as DPR)
-    k_rrf: float = 60         # reciprocal rank fusion's k (Cormack et al. 2009)
+    k_rrf: float = ranged(60, 0.0, MAX_K_RRF)  # reciprocal rank fusion's k (Cormack et al. 2009)
 
 
 def register_schema() -> None:

@@ -3,7 +3,9 @@
 - A loss that declares ``teacher = "bm25"`` (e.g. :class:`dpr.losses.LexicalDistillLoss`) gets the BM25
   score of every (question, candidate) pair of its pool: in-batch passages and cached corpus candidates
   alike. Scores come from one ``[questions, corpus]`` BM25 matrix per batch
-  (:func:`dpr.bm25.search.score_texts`), columns picked by passage id.
+  (:func:`dpr.bm25.search.score_texts`), columns picked by passage id. The index is the dataset's, built with
+  the run's ``bm25.*`` settings (dpr-train's and dpr-pipeline's ``bm25`` section), as the pipeline's BM25 stages
+  build it.
 - A loss that declares ``teacher = "scores"`` (:class:`dpr.losses.KLDistillLoss`, ``MarginMSELoss``) gets
   the scores of a teacher-scores file (:mod:`dpr.training.teacher_scores`, e.g. a cross-encoder's):
   each question's own scored candidates (its positive and hard negatives); every other pair of the pool
@@ -15,12 +17,14 @@ scores are consistent across ranks without a gather.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import torch
 
+from dpr.bm25.config import BM25Config, index_settings
 from dpr.training.denoise import denoise_examples, write_denoise_counts
 from dpr.training.imported_scores import IMPORTED_FILE, import_teacher_scores
 from dpr.training.teacher_scores import SCORES_FILE, TeacherScores, read_teacher_scores, score_summary
@@ -34,11 +38,14 @@ class BM25Teacher:
         self.row = {pid: j for j, pid in enumerate(index.ids)}
 
     @classmethod
-    def for_dataset(cls, passages: str | Path, index_dir: str | Path) -> "BM25Teacher":
-        """The dataset's cached BM25 index (the pipeline's defaults; built if missing or stale)."""
+    def for_dataset(cls, passages: str | Path, index_dir: str | Path,
+                    settings: Mapping[str, Any] | None = None) -> "BM25Teacher":
+        """The dataset's cached BM25 index with the run's BM25 ``settings`` (`dpr.bm25.config.index_settings`; built if missing or
+        stale). The pipeline's BM25 stages keep the same index in the same place with the same settings, so the
+        teacher scores as the pipeline's BM25 retrieves, and neither rebuilds the other's index."""
         from dpr.bm25 import get_or_build_index
 
-        return cls(get_or_build_index(passages, index_dir))
+        return cls(get_or_build_index(passages, index_dir, **index_settings(settings)))
 
     def scores(self, questions: Sequence[str], passage_ids: Sequence[str]) -> torch.Tensor:
         from dpr.bm25.search import score_texts
@@ -83,17 +90,29 @@ class RunTeacher(NamedTuple):
     fingerprint: dict
 
 
+def bm25_teacher_section(loss: Any, bm25: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """``{"bm25": settings}`` when ``loss`` has a BM25 teacher and the run's BM25 settings are not BM25Config's
+    defaults, else ``{}``: what a run's identity (the checkpoints' fingerprint, the pipeline's train stage) adds for
+    the teacher. Recorded only when set, so runs and stages of the default settings stay what they were."""
+    settings = index_settings(bm25)
+    if getattr(loss, "teacher", None) != "bm25" or settings == dataclasses.asdict(BM25Config()):
+        return {}
+    return {"bm25": settings}
+
+
 def scores_path(tc, dataset_root: str | Path) -> Path:
     """``train.teacher_scores``, or the dataset's ``teacher_scores.jsonl`` where it is empty."""
     return Path(tc.teacher_scores) if tc.teacher_scores else Path(dataset_root) / SCORES_FILE
 
 
 def prepare_teacher(loss, tc, dataset_root: str | Path, passages: str | Path, train_file: str | Path,
-                    examples: list[dict], *, write_counts: bool = True) -> RunTeacher:
+                    examples: list[dict], *, write_counts: bool = True,
+                    bm25: Mapping[str, Any] | None = None) -> RunTeacher:
     """The teacher ``loss`` declares (``teacher`` = "bm25" | "scores" | absent) and, with
     ``tc.teacher_denoise``, the examples without the negatives the teacher scores near or above the
     positive (counts written beside the scores file when ``write_counts``). A scores file made for
-    another training file is refused."""
+    another training file is refused. ``bm25``: the run's BM25 section (``bm25.k1``, ``b``, ``stopwords``,
+    ``stemmer``; BM25Config's defaults where absent), the BM25 teacher's index settings."""
     kind = getattr(loss, "teacher", None)
     if kind not in (None, "bm25", "scores"):
         raise ValueError(f"loss {type(loss).__name__} wants a {kind!r} teacher; known: bm25, scores")
@@ -116,10 +135,11 @@ def prepare_teacher(loss, tc, dataset_root: str | Path, passages: str | Path, tr
         examples = keep_scored_negatives(examples, store)
     teacher = None
     if kind == "bm25":
-        teacher = BM25Teacher.for_dataset(passages, Path(dataset_root) / "bm25_index")
+        teacher = BM25Teacher.for_dataset(passages, Path(dataset_root) / "bm25_index", bm25)
     elif kind == "scores":
         teacher = ScoreFileTeacher(store)
-    return RunTeacher(teacher, examples, {"teacher_scores": score_summary(store.manifest)} if store else {})
+    fingerprint = {"teacher_scores": score_summary(store.manifest)} if store else {}
+    return RunTeacher(teacher, examples, {**fingerprint, **bm25_teacher_section(loss, bm25)})
 
 
 def keep_scored_negatives(examples: Sequence[dict], store: TeacherScores) -> list[dict]:

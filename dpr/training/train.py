@@ -119,7 +119,8 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     loss = build_loss(conf.get("loss"))
     # the loss's teacher (BM25 or a scores file) and, with train.teacher_denoise, the denoised examples
-    run_teacher = prepare_teacher(loss, tc, paths.root, paths.passages, train_file, train_examples, write_counts=main)
+    run_teacher = prepare_teacher(loss, tc, paths.root, paths.passages, train_file, train_examples, write_counts=main,
+                                  bm25=conf.get("bm25"))  # the run's bm25.* (BM25Config): the BM25 teacher's index
     teacher, train_examples = run_teacher.teacher, run_teacher.examples
 
     batches = TrainBatches.from_config(train_examples, tokenizer, tc, mcfg, seed=seed, rank=rank, world_size=world,

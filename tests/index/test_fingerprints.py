@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpr.encode import encode_corpus
+from tests.encode_kw import encode_corpus  # the keyword form: settings split into EncodeConfig
 from dpr.errors import DataError
 from dpr.index import build_and_save, build_index
 from dpr.index.fingerprint import check_index_matches, model_fingerprint, passages_fingerprint

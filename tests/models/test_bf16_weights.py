@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpr.encode import encode_corpus
+from tests.encode_kw import encode_corpus  # the keyword form: settings split into EncodeConfig
 from dpr.errors import DataError
 from dpr.index.shards import ShardFiles, list_shards
 from dpr.models import encode_texts, load_biencoder

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import dpr.models.compile as compile_mod
-from dpr.encode import encode_corpus, save_encoded
+from tests.encode_kw import encode_corpus, save_encoded  # the keyword form: settings split into EncodeConfig
 from dpr.errors import DataError
 from dpr.index.shards import ShardFiles, list_shards
 from dpr.models import encode_texts, load_biencoder

@@ -87,7 +87,7 @@ def test_token_sorting_goes_chunk_by_chunk(tiny_model_dir, monkeypatch):
 
 
 def test_a_bad_length_sort_is_refused(tiny_model_dir, tmp_path):
-    from dpr.encode import encode_corpus
+    from tests.encode_kw import encode_corpus  # the keyword form: settings split into EncodeConfig
 
     model, tok = _model(tiny_model_dir)
     with pytest.raises(ValueError, match="length_sort must be one of"):

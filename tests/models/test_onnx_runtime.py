@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpr.encode import encode_corpus
+from tests.encode_kw import encode_corpus  # the keyword form: settings split into EncodeConfig
 from dpr.index.shards import ShardFiles, list_shards
 from dpr.models import BiEncoderConfig, build_biencoder, encode_texts
 from dpr.models.onnx_runtime import min_cosine, onnx_tower, require_onnxruntime, resolve_runtime

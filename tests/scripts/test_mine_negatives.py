@@ -37,7 +37,7 @@ def test_bm25_miner_equals_dpr_bm25_mining(tiny_data_dir, tmp_path):
 
 
 def test_hybrid_miner_takes_the_hybrid_order_less_positives_and_answers(tiny_model_dir, tiny_data_dir, tmp_path):
-    from dpr.encode import encode_corpus
+    from tests.encode_kw import encode_corpus  # the keyword form: settings split into EncodeConfig
     from dpr.index import build_and_save
     from dpr.retrieval.retriever import Retriever
 

@@ -181,7 +181,7 @@ def test_saved_bad_nprobe_is_refused(emb, tmp_path):
     (257, ValueError, "[1, 256] (the model's max_position_embeddings), got 257"), (2.5, TypeError, "got float 2.5"),
 ])
 def test_encode_max_length_in_model_range(tiny_model_dir, tiny_data_dir, tmp_path, max_length, exc, words):
-    from dpr.encode import encode_corpus
+    from tests.encode_kw import encode_corpus  # the keyword form: settings split into EncodeConfig
 
     out = tmp_path / "emb"
     with pytest.raises(exc) as info:
@@ -192,7 +192,7 @@ def test_encode_max_length_in_model_range(tiny_model_dir, tiny_data_dir, tmp_pat
 
 
 def test_encode_max_length_at_the_limit_works(tiny_model_dir, tiny_data_dir, tmp_path):
-    from dpr.encode import encode_corpus
+    from tests.encode_kw import encode_corpus  # the keyword form: settings split into EncodeConfig
     from dpr.index.shards import read_embeddings
 
     with pytest.raises(ValueError, match="got 257"):  # the bound is sharp: one more is refused

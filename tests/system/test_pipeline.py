@@ -183,7 +183,7 @@ def _check_export_is_the_trainers_vectors(out: Path, root: Path) -> None:
     itself. Either way the export holds what encoding the saved model gives (float16 storage; another batch size)."""
     import numpy as np
 
-    from dpr.encode import encode_corpus
+    from tests.encode_kw import encode_corpus  # the keyword form: settings split into EncodeConfig
     from dpr.index.shards import read_embeddings
     from dpr.models.onnx_runtime import resolve_runtime
 

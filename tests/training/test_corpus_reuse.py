@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpr.encode import encode_corpus, save_encoded
+from tests.encode_kw import encode_corpus, save_encoded  # the keyword form: settings split into EncodeConfig
 from dpr.index.shards import read_embeddings
 from dpr.models import encode_texts, load_biencoder
 from dpr.perf import cpu_supports_bf16
