@@ -19,7 +19,7 @@ from omegaconf import MISSING, OmegaConf
 
 from dpr.bm25.config import BM25Config
 from dpr.cli.schemas import SCHEMAS
-from dpr.eval.config import EvalConfig
+from dpr.eval.config import BootstrapConfig, EvalConfig
 from dpr.negatives.bm25_config import BM25MiningConfig
 from dpr.negatives.config import RemineConfig
 from dpr.reader.config import ReaderConfig
@@ -77,8 +77,8 @@ CASES = {
     "encode": [(SCHEMAS["encode"], "")],
     "index": [(SCHEMAS["index"], "")],
     "retrieve": [(SCHEMAS["retrieve"], ""), (RetrieveConfig, ""), (HybridConfig, "")],
-    "eval": [(SCHEMAS["eval"], ""), (EvalConfig, "")],
-    "train": [(SCHEMAS["train"], ""), (TrainConfig, "train.")],
+    "eval": [(SCHEMAS["eval"], ""), (EvalConfig, ""), (BootstrapConfig, "")],
+    "train": [(SCHEMAS["train"], ""), (TrainConfig, "train."), (BM25Config, "bm25.")],
     "reader": [(SCHEMAS["reader"], ""), (ReaderConfig, "reader_cfg.")],
     "rerank": [(RerankCommandSchema, "")],
     "pipeline": [(SCHEMAS["pipeline"], ""), (BM25Config, "bm25."), (BM25MiningConfig, "bm25."),

@@ -15,12 +15,13 @@ import dpr.cli.encode  # noqa: F401
 import dpr.cli.pipeline  # noqa: F401
 import dpr.cli.reader  # noqa: F401
 import dpr.cli.retrieve  # noqa: F401
+import dpr.cli.train  # noqa: F401
 from dpr import encode_config
 from dpr.bm25.config import BM25Config
 from dpr.cli.common import CONF_DIR
 from dpr.cli.schemas import Bm25Schema, EncodeSchema, PipelineBm25, PipelineEncode, PipelineRetrieve, RetrieveSchema
 from dpr.encode_config import EncodeConfig
-from dpr.eval.config import EvalConfig
+from dpr.eval.config import BootstrapConfig, EvalConfig
 from dpr.negatives import bm25_config
 from dpr.negatives.bm25_config import BM25MiningConfig
 from dpr.negatives.config import RemineConfig
@@ -58,6 +59,8 @@ CASES = [
     ("retrieve", None, HybridConfig, None),
     ("pipeline", "hybrid", HybridConfig, None),
     ("eval", None, EvalConfig, None),
+    ("eval", None, BootstrapConfig, None),  # resamples, seed (were restated in conf/eval.yaml and the schema)
+    ("train", "bm25", BM25Config, None),  # the BM25 teacher's index settings (loss=lexical_distill)
     ("pipeline", "eval", EvalConfig, None),
     ("pipeline", "remine", RemineConfig, None),
     ("reader", "reader_cfg", ReaderConfig, None),  # nested train/eval sections: asdict recurses
