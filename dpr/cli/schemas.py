@@ -9,8 +9,13 @@ Group schemas: ``model`` is `BiEncoderConfig` itself (closed: every key typed); 
 keys every dataset has and leaves recipe-specific keys open (each recipe checks its own);
 ``index`` types every index parameter.
 
+Generated, not restated: the keys of a stage (`EncodeConfig`, `RetrieveConfig`, `HybridConfig`, `BM25Config`,
+`BM25MiningConfig`, `EvalConfig`, `BootstrapConfig`) come from its dataclass by `command_schema`, which copies each
+field's type, default and range; a command adds only its own keys (its inputs, outputs and switches). So a default or
+a range is written once, on the dataclass next to the code that reads it (tests/cli/test_schemas_from_dataclasses.py).
+
 Ranges: every numeric key carries its allowed range (``ranged(default, lo, hi, note)`` field metadata from
-`dpr.cli.ranges`, limits from `dpr.checks`), checked by `check_config_ranges` after the types: ``weight=nan``,
+`dpr.config`, limits from `dpr.checks`), checked by `check_config_ranges` after the types: ``weight=nan``,
 ``k=0`` or ``index.nprobe=0`` is one line naming the key, the value and the range. null means the documented
 default ("auto"); 0 is never read as "auto". ``dpr-pipeline``'s schema types the sections it reads and
 stays open to other keys.
