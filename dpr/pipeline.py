@@ -26,6 +26,7 @@ from dpr.data.dataset import DatasetPaths
 from dpr.data.prepare import prepare_dataset
 from dpr.encode_config import EncodeConfig
 from dpr.eval.report import evaluate_qa, evaluate_qrels
+from dpr.losses import build_loss
 from dpr.model_card import write_model_card
 from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
 from dpr.negatives import bm25 as bm25_negatives
@@ -35,7 +36,6 @@ from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
 from dpr.retrieval.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.stages import StageRunner
 from dpr.training.config import without_unset
-from dpr.losses import build_loss
 from dpr.training.rounds import split_rounds
 from dpr.training.teacher import bm25_teacher_section
 from dpr.training.train import train

@@ -40,9 +40,9 @@ class BM25Teacher:
     @classmethod
     def for_dataset(cls, passages: str | Path, index_dir: str | Path,
                     settings: Mapping[str, Any] | None = None) -> "BM25Teacher":
-        """The dataset's cached BM25 index with the run's BM25 ``settings`` (`dpr.bm25.config.index_settings`; built if missing or
-        stale). The pipeline's BM25 stages keep the same index in the same place with the same settings, so the
-        teacher scores as the pipeline's BM25 retrieves, and neither rebuilds the other's index."""
+        """The dataset's cached BM25 index with the run's BM25 ``settings`` (`dpr.bm25.config.index_settings`;
+        built if missing or stale). The pipeline's BM25 stages keep the same index in the same place with the same
+        settings, so the teacher scores as the pipeline's BM25 retrieves, and neither rebuilds the other's index."""
         from dpr.bm25 import get_or_build_index
 
         return cls(get_or_build_index(passages, index_dir, **index_settings(settings)))
