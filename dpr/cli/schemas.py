@@ -200,8 +200,9 @@ class TrainCommandSchema:
     bm25: BM25Config = field(default_factory=BM25Config)  # the BM25 teacher's index (loss=lexical_distill)
 
 
-# dpr-pipeline: the sections it reads are typed and ranged; the schema stays open (the encode and bm25
-# sections are passed on as keyword arguments, so a `+encode.<key>` the function takes is legal).
+# dpr-pipeline: the sections it reads are typed and ranged, generated from their dataclasses; the schema stays open
+# (the encode section becomes an EncodeConfig, so a `+encode.<key>` that is one of its fields is legal; another is
+# one line naming it when the encode stage runs).
 @dataclass
 class _PipelineBm25Command:
     mine: bool = True
@@ -266,8 +267,8 @@ OPEN_GROUPS = {"data": DataSchema}
 _cs = ConfigStore.instance()
 for _name, _schema in SCHEMAS.items():
     _cs.store(name=f"{_name}_schema", node=_schema)
-# the shared sections' defaults (bm25_cfg, bm25_mine_cfg, hybrid_cfg, eval_cfg, encode_cfg, retrieve_cfg, reader_cfg,
-# and the pipeline's remine_cfg and train_rounds), for whoever composes conf/ after importing this
+# the shared sections' defaults (bm25_cfg, bm25_mine_cfg, hybrid_cfg, eval_cfg, bootstrap_cfg, encode_cfg, retrieve_cfg,
+# reader_cfg, and the pipeline's remine_cfg and train_rounds), for whoever composes conf/ after importing this
 for _register in (register_bm25, register_mining, register_hybrid, register_eval, register_encode, register_retrieve,
                   register_reader, register_remine, register_rounds):
     _register()
