@@ -130,8 +130,9 @@ def run_teacher(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunne
         teacher_dir = tout / "cross_encoder"
         stages.run(
             "teacher_train",
+            # the stage runs only when its inputs or settings changed: the run there is the pipeline's own
             lambda: train_cross_encoder(rcfg, ds.train, tout, dev=texts.records(bm25_dev),
-                                        dev_qrels=_dev_qrels(ds, "dev")),
+                                        dev_qrels=_dev_qrels(ds, "dev"), overwrite=True),
             outputs=[teacher_dir / "cross_encoder.json"],
             inputs=[ds.train, bm25_dev, *texts.inputs(), *([ds.qrels("dev")] if ds.kind == "qrels" else [])],
             params={"rerank": rcfg.as_dict()},
@@ -171,9 +172,9 @@ def score_training_candidates(teacher_dir: Path, train_json: Path, scores: Path,
     from dpr.trainkit.precision import resolve_precision
     from dpr.training.teacher_scores import score_candidates
 
-    model, tok, settings = load_cross_encoder(teacher_dir)
+    model, tok, settings = load_cross_encoder(teacher_dir)  # on the one device rule's device
     s = tcfg.rerank.score
-    precision = resolve_precision(s.precision)
+    precision = resolve_precision(s.precision, next(model.parameters()).device)
     fingerprint = f"cross-encoder:{model_fingerprint(teacher_dir)}:{precision}"
 
     def scorer(questions, ctxs):
