@@ -104,8 +104,13 @@ def check_device(name: str | torch.device | None, key: str = "device") -> str | 
             return str(torch.device("cuda", index))
     if dev is not None and dev.type == "cpu":
         return "cpu"
-    raise ValueError(f"{key}={name}: not a device this process can use; available: auto (the rule: "
-                     f"cuda:LOCAL_RANK when CUDA is present, else cpu), {', '.join(available_devices())}")
+    why = "not a device this process can use"
+    if dev is not None and dev.type == "cuda":
+        why = ("this torch is built without CUDA" if torch.version.cuda is None else
+               "no GPU is visible to this process" if not torch.cuda.is_available() else
+               f"this process sees {torch.cuda.device_count()} GPU(s)")
+    raise ValueError(f"{key}={name}: {why}; available: auto (the rule: cuda:LOCAL_RANK when CUDA is present, "
+                     f"else cpu), {', '.join(available_devices())}")
 
 
 def resolve_device(name: str | torch.device | None = None, key: str = "device") -> torch.device:

@@ -20,7 +20,7 @@ class RetrieveConfig:
     k: int = 100                      # passages per question
     batch_size: int = 64              # question encoding batch
     search_batch_size: int = 1024     # questions per FAISS search call
-    device: Optional[str] = None      # encoder device; null: cuda:LOCAL_RANK if available, else cpu
+    device: Optional[str] = None      # encoder device; null | auto: the one device rule (dpr.distributed.device)
     autocast: str = "auto"            # auto (bf16 where the hardware has it) | bf16 | fp16 | off
     # auto (= fp32: fp32 weights under autocast) | fp32 | bf16 (question encoder cast to bf16 once;
     # dpr/models/weights.py)
