@@ -208,15 +208,34 @@ def distill_config(cfg: DictConfig, tcfg: TeacherStageConfig, scores: Path) -> D
     return new
 
 
-def _distill_loss(tcfg: TeacherStageConfig) -> DictConfig:
-    """``conf/loss/<teacher_cfg.loss>.yaml`` with ``loss_args`` merged in; refused unless it learns from scores."""
-    from dpr.losses import build_loss
+def config_dirs() -> list[Path]:
+    """Where the running command finds its config groups, in Hydra's search order (the package's ``conf/`` and a
+    user's ``--config-dir``: `HydraConfig`'s config sources), then the package's ``conf/`` (a Python caller)."""
     from dpr.resources import conf_dir
 
-    path = conf_dir() / "loss" / f"{tcfg.loss}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in (conf_dir() / "loss").glob("*.yaml"))
-        raise ValueError(f"teacher_cfg.loss={tcfg.loss!r}: no {path}; known: {', '.join(known)}")
+    dirs: list[Path] = []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            dirs = [Path(src.path) for src in HydraConfig.get().runtime.config_sources
+                    if src.schema == "file" and src.path]
+    except ImportError:  # pragma: no cover - hydra is a dependency
+        pass
+    return [*dirs, conf_dir()]
+
+
+def _distill_loss(tcfg: TeacherStageConfig) -> DictConfig:
+    """``loss/<teacher_cfg.loss>.yaml`` of the config search path (a ``--config-dir`` loss too, as for ``loss=``)
+    with ``loss_args`` merged in; refused unless it learns from scores."""
+    from dpr.losses import build_loss
+
+    dirs = config_dirs()
+    path = next((d / "loss" / f"{tcfg.loss}.yaml" for d in dirs if (d / "loss" / f"{tcfg.loss}.yaml").is_file()), None)
+    if path is None:
+        known = sorted({p.stem for d in dirs for p in (d / "loss").glob("*.yaml")})
+        where = ", ".join(str(d / "loss") for d in dict.fromkeys(dirs))
+        raise ValueError(f"teacher_cfg.loss={tcfg.loss!r}: no {tcfg.loss}.yaml in {where}; known: {', '.join(known)}")
     base = OmegaConf.load(path)
     # the kind of loss first (the default loss_args are kl_distill's and mean nothing to a loss without a teacher)
     if getattr(build_loss(plain(base)), "teacher", None) != "scores":
