@@ -17,6 +17,7 @@ questions, the gradients are summed over ranks, rank 0 writes.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import random
@@ -40,6 +41,7 @@ from dpr.trainkit.finished_run import check_finished_run
 from dpr.trainkit.metrics_log import MetricsLogger
 from dpr.trainkit.optim import apply_update, build_optimizer, linear_schedule, resolve_warmup
 from dpr.trainkit.precision import precision_context
+from dpr.trainkit.prefetch import prefetched
 from dpr.trainkit.seed import rng_state, seed_everything
 
 log = logging.getLogger(__name__)
@@ -52,9 +54,10 @@ def _fingerprint(rcfg: dict, train_path: Path) -> str:
 
 
 def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: str | Path,
-                 overwrite: bool = False) -> dict:
+                 overwrite: bool = False, prefetch: int = 2) -> dict:
     """Train a reader on ``train_path`` (DPR retriever JSON) into ``output_dir``; returns the summary. A finished
-    run of other settings there is refused unless ``overwrite`` (then removed first)."""
+    run of other settings there is refused unless ``overwrite`` (then removed first). ``prefetch``: steps whose
+    batches are built ahead in a background thread (0: on the training thread; the same batches either way)."""
     rcfg = plain(rcfg)
     tcfg = rcfg["train"]
     keep_freed_memory()  # no page-fault storm per step on the CPU (dpr/perf/malloc.py)
@@ -104,21 +107,25 @@ def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: st
     model.train()
     logger = MetricsLogger(out, resume_step=start_step, validation=False, enabled=main)
     figures: dict = {}
-    order: np.ndarray | None = None
-    epoch_of_order = -1
+    orders: dict[int, np.ndarray] = {}  # the epoch's order (the worker's alone)
+    # the worker's own tokenizer: a fast tokenizer's padding/truncation state is not to be shared across threads
+    worker_tok = copy.deepcopy(tokenizer) if prefetch > 0 else tokenizer
+
+    def build(step: int) -> tuple[int, int, int, dict]:
+        """Step ``step``'s batch, this rank's share of it: a function of (seed, step) only."""
+        epoch, pos = divmod(step, steps_per_epoch)
+        if epoch not in orders:
+            orders.clear()
+            orders[epoch] = np.random.RandomState(seed + epoch).permutation(len(items))
+        batch_items = [items[i] for i in orders[epoch][pos * bs:(pos + 1) * bs]]
+        batch = collate(batch_items, worker_tok, settings, int(tcfg["negatives"]), random.Random(seed * 1_000_003 + step))
+        n = len(batch_items)
+        first, last = rank * n // world, (rank + 1) * n // world  # this rank's share of the questions
+        return epoch, first, last, batch_share(batch, first, last) if world > 1 else batch
+
+    steps = prefetched(build, range(start_step, total), prefetch, pin_memory=device.type == "cuda")
     try:
-        for step in range(start_step, total):
-            epoch, pos = divmod(step, steps_per_epoch)
-            if epoch != epoch_of_order:
-                order = np.random.RandomState(seed + epoch).permutation(len(items))
-                epoch_of_order = epoch
-            batch_items = [items[i] for i in order[pos * bs:(pos + 1) * bs]]
-            batch = collate(batch_items, tokenizer, settings, int(tcfg["negatives"]),
-                            random.Random(seed * 1_000_003 + step))
-            n = len(batch_items)
-            first, last = rank * n // world, (rank + 1) * n // world  # this rank's share of the questions
-            if world > 1:
-                batch = batch_share(batch, first, last)
+        for step, (epoch, first, last, batch) in zip(range(start_step, total), steps):
             weight = global_weight(last - first)  # this rank's part of the global mean over questions
             if last > first:
                 inputs = [batch[k].to(device, non_blocking=True)
@@ -149,6 +156,7 @@ def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: st
                     save_checkpoint(out, step + 1, model, optimizer, scheduler, scaler,
                                     {"fingerprint": run_fingerprint}, rngs, keep=int(tcfg.get("keep_checkpoints", 1)))
     finally:
+        steps.close()  # no batch left building behind an error
         logger.close()
 
     model.eval()

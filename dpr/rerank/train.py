@@ -19,6 +19,7 @@ losses and weights up to float rounding (without dropout, whose draws are per ra
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from pathlib import Path
@@ -43,6 +44,7 @@ from dpr.trainkit.finished_run import check_finished_run
 from dpr.trainkit.metrics_log import MetricsLogger
 from dpr.trainkit.optim import apply_update, build_optimizer, linear_schedule, resolve_warmup
 from dpr.trainkit.precision import AutocastCtx, autocast_scope, precision_context
+from dpr.trainkit.prefetch import prefetched
 from dpr.trainkit.seed import rng_state, seed_everything
 
 log = logging.getLogger(__name__)
@@ -85,16 +87,20 @@ def forward_logits(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], au
 def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], optimizer: torch.optim.Optimizer,
                scheduler: Any, loss_fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
                autocast: AutocastCtx, max_length: int, use_title: bool, max_grad_norm: float,
-               length_bucket_size: int = 0, device: torch.device | str | None = None, scaler: Any = None) -> dict:
+               length_bucket_size: int = 0, device: torch.device | str | None = None, scaler: Any = None,
+               batch: Mapping[str, torch.Tensor] | None = None) -> dict:
     """One optimizer step on ``groups`` (what `train_cross_encoder` runs per step; `scripts/bench_rerank.py`
     times it): tokenize the groups' pairs into one batch on ``device`` (None: the model's), forward under
     ``autocast`` (in length buckets: `forward_logits`), ``loss_fn`` over the ``[groups, 1 + N]`` logits, backward,
     clip, AdamW and schedule step. Under torchrun ``groups`` is the global batch: this rank's share is forwarded
-    and the gradients summed over ranks (module doc). Returns the step's figures (loss and group accuracy
-    before the update, the learning rate it used, the gradient norm before clipping)."""
+    and the gradients summed over ranks (module doc). ``batch``: this rank's share already collated (built off the
+    training thread: `dpr.trainkit.prefetch`). Returns the step's figures (loss and group accuracy before the
+    update, the learning rate it used, the gradient norm before clipping)."""
     device = next(model.parameters()).device if device is None else torch.device(device)
     mine = share(groups)
-    batch = {k: v.to(device, non_blocking=True) for k, v in collate(mine, tokenizer, max_length, use_title).items()}
+    if batch is None:
+        batch = collate(mine, tokenizer, max_length, use_title)
+    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     positive, ignore = batch.pop("positive"), batch.pop("ignore")
     scores = forward_logits(model, batch, autocast, length_bucket_size).view(len(mine), -1)
     loss = loss_fn(scores, positive, ignore)
@@ -113,11 +119,13 @@ def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], 
 
 def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path,
                         dev: Sequence[Mapping[str, Any]] | None = None,
-                        dev_qrels: Mapping[str, Mapping[str, int]] | None = None, overwrite: bool = False) -> dict:
+                        dev_qrels: Mapping[str, Mapping[str, int]] | None = None, overwrite: bool = False,
+                        prefetch: int = 2) -> dict:
     """Train a cross-encoder on ``train_json`` (DPR retriever JSON with BM25 ``hard_negative_ctxs``) into
     ``output_dir``; ``dev``: a first stage's dev results records (their top ``rerank.score.k`` reranked at
     each validation; ``dev_qrels`` by ``query_id`` on qrels data). A finished run of other settings there is
-    refused unless ``overwrite`` (then removed first). Returns the summary."""
+    refused unless ``overwrite`` (then removed first). ``prefetch``: steps whose batches are built ahead in a
+    background thread (0: on the training thread; the same batches either way). Returns the summary."""
     cfg = as_config(cfg)
     tcfg = cfg.train
     keep_freed_memory()  # no page-fault storm per step on the CPU (dpr/perf/malloc.py)
@@ -169,12 +177,19 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
 
     model.train()
     figures: dict = {}
+    # the worker's own tokenizer: a fast tokenizer's padding/truncation state is not to be shared across threads
+    worker_tok = copy.deepcopy(tokenizer) if prefetch > 0 else tokenizer
+
+    def build(step: int) -> tuple[int, list[Group], dict]:
+        epoch, groups = batches.groups(step)
+        return epoch, groups, collate(share(groups), worker_tok, cfg.max_length, cfg.title)
+
+    steps = prefetched(build, range(start_step, total), prefetch, pin_memory=device.type == "cuda")
     try:
-        for step in range(start_step, total):
-            epoch, groups = batches.groups(step)
+        for step, (epoch, groups, batch) in zip(range(start_step, total), steps):
             figures = {"epoch": epoch, **train_step(model, tokenizer, groups, optimizer, scheduler, loss_fn, autocast,
                                                     cfg.max_length, cfg.title, tcfg.max_grad_norm,
-                                                    tcfg.length_bucket_size, device, scaler),
+                                                    tcfg.length_bucket_size, device, scaler, batch),
                        "seconds": round(time.perf_counter() - t0, 2)}
             logger.log_train(step + 1, figures)
             if (step + 1) % tcfg.log_every == 0:
@@ -189,6 +204,7 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
                     save_checkpoint(out, step + 1, model, optimizer, scheduler, scaler,
                                     {"fingerprint": run_fingerprint, "best": best}, rngs, keep=tcfg.keep_checkpoints)
     finally:
+        steps.close()  # no batch left building behind an error
         logger.close()
     model.eval()
     final = out / FINAL_DIR
