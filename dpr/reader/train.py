@@ -95,12 +95,12 @@ def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: st
 
     optimizer = build_optimizer(model, lr=float(tcfg["lr"]), weight_decay=float(tcfg["weight_decay"]))
     scheduler = linear_schedule(optimizer, resolve_warmup(0, float(tcfg["warmup_ratio"]), total), total)
-    start_step, _ = resume_checkpoint(tcfg.get("resume", "auto"), out, run_fingerprint, model, optimizer, scheduler,
-                                      rank=rank, map_location=device)
-    if start_step == 0 and rank > 0:
-        seed_everything(seed + rank)  # ranks draw different dropout masks (rank 0: a 1-process run's)
     autocast, precision = precision_context(str(tcfg.get("precision", "auto")), device, training=True)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None  # fp16 (a GPU's auto) scales
+    start_step, _ = resume_checkpoint(tcfg.get("resume", "auto"), out, run_fingerprint, model, optimizer, scheduler,
+                                      rank=rank, map_location=device, scaler=scaler)
+    if start_step == 0 and rank > 0:
+        seed_everything(seed + rank)  # ranks draw different dropout masks (rank 0: a 1-process run's)
     log.info("reader: %d steps of %d questions x (1 + %d), %s on %s x %d", total, bs, int(tcfg["negatives"]),
              precision, device, world)
 

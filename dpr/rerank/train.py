@@ -163,13 +163,13 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
 
     optimizer = build_optimizer(model, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     scheduler = linear_schedule(optimizer, resolve_warmup(0, tcfg.warmup_ratio, total), total)
+    autocast, precision = precision_context(tcfg.precision, device, training=True)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None  # fp16 (a GPU's auto) scales
     start_step, state = resume_checkpoint(tcfg.resume, out, run_fingerprint, model, optimizer, scheduler, rank=rank,
-                                          map_location=device)
+                                          map_location=device, scaler=scaler)
     if start_step == 0 and rank > 0:
         seed_everything(int(tcfg.seed) + rank)  # ranks draw different dropout masks (rank 0: a 1-process run's)
     best = state.get("best")
-    autocast, precision = precision_context(tcfg.precision, device, training=True)
-    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None  # fp16 (a GPU's auto) scales
     loss_fn = LOSSES[tcfg.loss]
     logger = MetricsLogger(out, resume_step=start_step, enabled=main)
     log.info("cross-encoder: %d %s questions, %d steps of %d x (1 + %d), loss %s, %s on %s x %d", len(examples), kind,
