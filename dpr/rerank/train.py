@@ -105,7 +105,8 @@ def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], 
     scores = forward_logits(model, batch, autocast, length_bucket_size).view(len(mine), -1)
     loss = loss_fn(scores, positive, ignore)
     # this rank's part of the global mean: its share of the groups (listwise) or of the kept pairs (bce)
-    weight = global_weight(float((~ignore).sum()) if loss_fn is bce_loss else len(mine))
+    weight = 1.0 if not dist.is_distributed() else \
+        global_weight(float((~ignore).sum()) if loss_fn is bce_loss else len(mine))  # (no host sync when alone)
     part = loss if weight == 1.0 else loss * weight
     (part if scaler is None else scaler.scale(part)).backward()
     all_reduce_grads(model)
