@@ -65,10 +65,58 @@ def is_main() -> bool:
 
 
 def device() -> torch.device:
-    """This process's device: ``cuda:LOCAL_RANK`` when CUDA is available, else the CPU."""
+    """The one device rule: ``cuda:LOCAL_RANK`` when CUDA is available, else the CPU.
+
+    Every stage that runs a model asks here (through :func:`resolve_device` where a command has a ``device``
+    key): the dual encoder's training, validation, encode and retrieve, the cross-encoder's training,
+    scoring, teacher scores and reranking, the reader's training and evaluation.
+    """
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank())
     return torch.device("cpu")
+
+
+AUTO_DEVICE = ("auto", "")
+
+
+def available_devices() -> list[str]:
+    """The devices this process can run a model on: ``cpu``, then ``cuda:0`` ... when CUDA is available."""
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return found
+
+
+def check_device(name: str | torch.device | None, key: str = "device") -> str | None:
+    """A ``device`` key's value, checked once: None for ``auto`` / null (the rule, :func:`device`), else the
+    device as torch names it (``cuda`` is ``cuda:LOCAL_RANK``). A device this process cannot use (``cuda``
+    on a CPU-only torch, ``tpu``, ``cuda:3`` with two GPUs) is one ValueError naming the devices available."""
+    if name is None or str(name).strip().lower() in AUTO_DEVICE:
+        return None
+    text = str(name).strip().lower()
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
+        index = local_rank() if dev.index is None else dev.index
+        if index < torch.cuda.device_count():
+            return str(torch.device("cuda", index))
+    if dev is not None and dev.type == "cpu":
+        return "cpu"
+    why = "not a device this process can use"
+    if dev is not None and dev.type == "cuda":
+        why = ("this torch is built without CUDA" if torch.version.cuda is None else
+               "no GPU is visible to this process" if not torch.cuda.is_available() else
+               f"this process sees {torch.cuda.device_count()} GPU(s)")
+    raise ValueError(f"{key}={name}: {why}; available: auto (the rule: cuda:LOCAL_RANK when CUDA is present, "
+                     f"else cpu), {', '.join(available_devices())}")
+
+
+def resolve_device(name: str | torch.device | None = None, key: str = "device") -> torch.device:
+    """The device a stage runs its model on: ``name`` checked (:func:`check_device`), ``auto`` / None the rule."""
+    checked = check_device(name, key)
+    return device() if checked is None else torch.device(checked)
 
 
 def barrier() -> None:

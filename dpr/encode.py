@@ -197,6 +197,9 @@ def encode_corpus(
     from dpr.models.inference import check_length_sort
 
     check_length_sort(length_sort)
+    from dpr.distributed import check_device
+
+    device = check_device(device)  # the one device rule's key, checked once: auto/null is the rule (None)
     from dpr.models.compile import compile_tower, require_compile, resolve_compile
     from dpr.models.onnx_runtime import require_onnxruntime, resolve_runtime
     from dpr.models.quantize import quantize_for_inference, resolve_quantize
@@ -339,6 +342,9 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     check_max_length(max_length)
     quantize = resolve_quantize(quantize)
+    from dpr.distributed import check_device
+
+    device = check_device(device)  # the one device rule's key: auto/null is the rule (None)
     weights = resolve_weights(weights, device, autocast, quantize, str(runtime or "torch").lower())
     compile = resolve_compile(compile, runtime, quantize)
     runtime = "torch" if compile and str(runtime or "auto").lower() == "auto" else \

@@ -34,7 +34,9 @@ class EncodeConfig:
     # auto (onnx where the encode runs in fp32 on an AVX-512 CPU, else torch) | torch | onnx (ONNX Runtime, CPU,
     # fp32; graph cached by the model's fingerprint; dpr/models/onnx_runtime.py)
     runtime: str = "auto"
-    device: Optional[str] = None      # null: cuda:LOCAL_RANK if CUDA is available, else cpu
+    # null | auto: the one device rule (cuda:LOCAL_RANK if CUDA is available, else cpu) | cpu | cuda | cuda:N;
+    # another value (or cuda without CUDA) is one line naming the devices available (dpr.distributed.check_device)
+    device: Optional[str] = None
     max_length: Optional[int] = ranged(None, 1, MAX_LENGTH, note="and <= the model's positions; null = the model's")
     # passages pulled from Arrow per step (length-sorted within it): big enough for good length-sorting, small
     # enough that memory stays flat on a 21M-passage corpus

@@ -36,7 +36,7 @@ def _run(cfg: DictConfig) -> None:
 
         if not ds.train.is_file():
             raise FileNotFoundError(f"{ds.train}: no training file (prepare the dataset with dpr-data first)")
-        summary = train_reader(cfg.reader_cfg, ds.train, cfg.output_dir)
+        summary = train_reader(cfg.reader_cfg, ds.train, cfg.output_dir, overwrite=bool(cfg.get("overwrite", False)))
         log.info("reader: %s (%d steps, %.0f s); data %s", summary["model_dir"], summary["steps"],
                  summary["seconds"], summary["data"])
         return

@@ -40,7 +40,8 @@ def _train(cfg: DictConfig) -> None:
 
         dev = read_results(cfg.dev_results)
         qrels = _dev_qrels(dev, qrels_source)
-    summary = train_cross_encoder(rcfg, train, cfg.output_dir, dev=dev, dev_qrels=qrels)
+    summary = train_cross_encoder(rcfg, train, cfg.output_dir, dev=dev, dev_qrels=qrels,
+                                  overwrite=bool(cfg.overwrite))
     log.info("cross-encoder: %s (%d steps, %.0f s); best %s", summary["model_dir"], summary["steps"],
              summary["seconds"], json.dumps(summary["best"]) if summary["best"] else "-")
 

@@ -225,6 +225,7 @@ class ReaderSchema:
     data: DataSchema = field(default_factory=DataSchema)
     data_dir: str = MISSING
     output_dir: str = MISSING
+    overwrite: bool = False  # train: replace a finished run of other settings (dpr/trainkit/finished_run.py)
     reader_model: Optional[str] = None
     results: Optional[str] = None
     gold_split: Optional[str] = None

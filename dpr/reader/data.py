@@ -117,21 +117,31 @@ def collate(items: Sequence[TrainItem], tokenizer: Any, settings: dict, negative
     }
 
 
+def batch_share(batch: dict[str, Any], first: int, last: int) -> dict[str, Any]:
+    """Questions ``first`` to ``last`` (exclusive) of a :func:`collate` batch: a torchrun rank's share of the
+    global batch (collated whole on every rank, so each question's negatives are the one-process draws)."""
+    slots = batch["slot_mask"].shape[1]
+    rows = slice(first * slots, last * slots)
+    return {**{k: batch[k][rows] for k in ("input_ids", "token_type_ids", "attention_mask", "passage_mask")},
+            "slot_mask": batch["slot_mask"][first:last], "spans": batch["spans"][first:last]}
+
+
 def reader_loss(start: torch.Tensor, end: torch.Tensor, relevance: torch.Tensor, batch: dict) -> tuple[torch.Tensor, dict]:
     """Span loss on each positive window (marginal over its gold spans) + relevance cross-entropy
     over each question's passage slots (target: slot 0). Returns ``(loss, figures)``."""
     questions, slots = batch["slot_mask"].shape
-    pos = torch.arange(questions) * slots
+    device = start.device  # every index and target where the logits are (the one device rule's device)
+    pos = torch.arange(questions, device=device) * slots
     log_s = torch.log_softmax(start[pos], dim=-1)
     log_e = torch.log_softmax(end[pos], dim=-1)
     span_losses = []
     for q, spans in enumerate(batch["spans"]):
-        s = torch.tensor([a for a, _ in spans])
-        e = torch.tensor([b for _, b in spans])
+        s = torch.tensor([a for a, _ in spans], device=device)
+        e = torch.tensor([b for _, b in spans], device=device)
         span_losses.append(-torch.logsumexp(log_s[q, s] + log_e[q, e], dim=0))
     span_loss = torch.stack(span_losses).mean()
-    rel = relevance.view(questions, slots).masked_fill(~batch["slot_mask"], float("-inf"))
-    rel_loss = torch.nn.functional.cross_entropy(rel, torch.zeros(questions, dtype=torch.long))
+    rel = relevance.view(questions, slots).masked_fill(~batch["slot_mask"].to(device), float("-inf"))
+    rel_loss = torch.nn.functional.cross_entropy(rel, torch.zeros(questions, dtype=torch.long, device=device))
     rel_acc = (rel.argmax(dim=1) == 0).float().mean()
     return span_loss + rel_loss, {"span_loss": span_loss.item(), "relevance_loss": rel_loss.item(),
                                   "relevance_accuracy": float(rel_acc)}

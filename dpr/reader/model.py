@@ -79,9 +79,14 @@ def save_reader(model: Reader, tokenizer: Any, out_dir: str | Path, settings: di
     return out_dir
 
 
-def load_reader(path: str | Path, device: str | torch.device = "cpu") -> tuple[Reader, Any, dict]:
-    """``(model in eval mode, tokenizer, settings)`` from a directory :func:`save_reader` wrote."""
+def load_reader(path: str | Path, device: str | torch.device | None = None) -> tuple[Reader, Any, dict]:
+    """``(model in eval mode, tokenizer, settings)`` from a directory :func:`save_reader` wrote, on ``device``
+    (None / ``auto``: the one device rule, `dpr.distributed.device`)."""
     from transformers import AutoTokenizer
+
+    from dpr.distributed import resolve_device
+
+    device = resolve_device(device)
 
     path = Path(path)
     if not (path / "reader.json").is_file() and (path / "reader" / "reader.json").is_file():

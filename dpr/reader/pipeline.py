@@ -40,7 +40,8 @@ def reader_report(cfg_reader: Any, ds: DatasetPaths, runs: Mapping[str, Path], o
     rdir = Path(out_dir) / "reader"
     model_dir, eval_file = rdir / "reader", rdir / "eval.json"
     systems = {name: Path(runs[name]) for name in SYSTEMS if name in runs}
-    stages.run("reader_train", lambda: train_reader(rcfg, ds.train, rdir),
+    # the stage runs only when its inputs or settings changed: the run in rdir is the pipeline's own (overwrite)
+    stages.run("reader_train", lambda: train_reader(rcfg, ds.train, rdir, overwrite=True),
                outputs=[model_dir / "reader.json"], inputs=[ds.train],
                params={k: v for k, v in rcfg.items() if k != "eval"})
 

@@ -140,6 +140,8 @@ class RerankCommandSchema:
     train_file: Optional[str] = None  # train: null = <data_dir>/<data.name>/train.json
     output_dir: Optional[str] = None  # train: the cross-encoder, checkpoints, metrics
     dev_results: Optional[str] = None # train: a first stage's dev results (DPR results JSON) to validate on
+    overwrite: bool = False           # train: true replaces a finished run in output_dir trained with other
+                                      # settings or data (refused otherwise: dpr/trainkit/finished_run.py)
     model_path: Optional[str] = None  # score: the trained cross-encoder (given as model=<dir>)
     results: Optional[str] = None     # score: a first stage's results (DPR results JSON, or a TREC run of data=)
     output: Optional[str] = None      # score: the reranked results file (.trec: a TREC run and its JSON);

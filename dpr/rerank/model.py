@@ -79,10 +79,15 @@ def save_cross_encoder(model: torch.nn.Module, tokenizer: Any, out_dir: str | Pa
     return out_dir
 
 
-def load_cross_encoder(path: str | Path, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, Any, dict]:
+def load_cross_encoder(path: str | Path, device: str | torch.device | None = None) -> tuple[torch.nn.Module, Any, dict]:
     """``(model in eval mode, tokenizer, settings)`` from a directory :func:`save_cross_encoder` wrote
-    (or a training output directory holding one)."""
+    (or a training output directory holding one), on ``device`` (None / ``auto``: the one device rule,
+    `dpr.distributed.device`)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from dpr.distributed import resolve_device
+
+    device = resolve_device(device)
 
     path = resolve_dir(path)
     model = AutoModelForSequenceClassification.from_pretrained(path / ENCODER_DIR)

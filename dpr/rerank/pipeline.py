@@ -130,8 +130,9 @@ def run_teacher(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunne
         teacher_dir = tout / "cross_encoder"
         stages.run(
             "teacher_train",
+            # the stage runs only when its inputs or settings changed: the run there is the pipeline's own
             lambda: train_cross_encoder(rcfg, ds.train, tout, dev=texts.records(bm25_dev),
-                                        dev_qrels=_dev_qrels(ds, "dev")),
+                                        dev_qrels=_dev_qrels(ds, "dev"), overwrite=True),
             outputs=[teacher_dir / "cross_encoder.json"],
             inputs=[ds.train, bm25_dev, *texts.inputs(), *([ds.qrels("dev")] if ds.kind == "qrels" else [])],
             params={"rerank": rcfg.as_dict()},
@@ -171,9 +172,9 @@ def score_training_candidates(teacher_dir: Path, train_json: Path, scores: Path,
     from dpr.trainkit.precision import resolve_precision
     from dpr.training.teacher_scores import score_candidates
 
-    model, tok, settings = load_cross_encoder(teacher_dir)
+    model, tok, settings = load_cross_encoder(teacher_dir)  # on the one device rule's device
     s = tcfg.rerank.score
-    precision = resolve_precision(s.precision)
+    precision = resolve_precision(s.precision, next(model.parameters()).device)
     fingerprint = f"cross-encoder:{model_fingerprint(teacher_dir)}:{precision}"
 
     def scorer(questions, ctxs):
@@ -207,15 +208,34 @@ def distill_config(cfg: DictConfig, tcfg: TeacherStageConfig, scores: Path) -> D
     return new
 
 
-def _distill_loss(tcfg: TeacherStageConfig) -> DictConfig:
-    """``conf/loss/<teacher_cfg.loss>.yaml`` with ``loss_args`` merged in; refused unless it learns from scores."""
-    from dpr.losses import build_loss
+def config_dirs() -> list[Path]:
+    """Where the running command finds its config groups, in Hydra's search order (the package's ``conf/`` and a
+    user's ``--config-dir``: `HydraConfig`'s config sources), then the package's ``conf/`` (a Python caller)."""
     from dpr.resources import conf_dir
 
-    path = conf_dir() / "loss" / f"{tcfg.loss}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in (conf_dir() / "loss").glob("*.yaml"))
-        raise ValueError(f"teacher_cfg.loss={tcfg.loss!r}: no {path}; known: {', '.join(known)}")
+    dirs: list[Path] = []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            dirs = [Path(src.path) for src in HydraConfig.get().runtime.config_sources
+                    if src.schema == "file" and src.path]
+    except ImportError:  # pragma: no cover - hydra is a dependency
+        pass
+    return [*dirs, conf_dir()]
+
+
+def _distill_loss(tcfg: TeacherStageConfig) -> DictConfig:
+    """``loss/<teacher_cfg.loss>.yaml`` of the config search path (a ``--config-dir`` loss too, as for ``loss=``)
+    with ``loss_args`` merged in; refused unless it learns from scores."""
+    from dpr.losses import build_loss
+
+    dirs = config_dirs()
+    path = next((d / "loss" / f"{tcfg.loss}.yaml" for d in dirs if (d / "loss" / f"{tcfg.loss}.yaml").is_file()), None)
+    if path is None:
+        known = sorted({p.stem for d in dirs for p in (d / "loss").glob("*.yaml")})
+        where = ", ".join(str(d / "loss") for d in dict.fromkeys(dirs))
+        raise ValueError(f"teacher_cfg.loss={tcfg.loss!r}: no {tcfg.loss}.yaml in {where}; known: {', '.join(known)}")
     base = OmegaConf.load(path)
     # the kind of loss first (the default loss_args are kl_distill's and mean nothing to a loss without a teacher)
     if getattr(build_loss(plain(base)), "teacher", None) != "scores":

@@ -71,7 +71,8 @@ def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | P
     scores = pair_scores(model, tok, settings, [records], k, batch_size=batch_size, precision=precision)
     seconds = time.perf_counter() - t0
     stats: dict[str, Any] = {"questions": len(records), "k": k, "pairs": len(scores),
-                             "precision": resolve_precision(precision), "seconds": round(seconds, 2),
+                             "precision": resolve_precision(precision, next(model.parameters()).device),
+                             "device": str(next(model.parameters()).device), "seconds": round(seconds, 2),
                              "seconds_per_question": round(seconds / max(1, len(records)), 4)}
     if weight_grid:
         by_weight = {float(w): metrics(reranked(records, scores, k, float(w))) for w in weight_grid}

@@ -33,7 +33,8 @@ class TeacherStageConfig:
     keep_first_stage: bool = True      # a first stage whose dev figure reranking lowers (at its K and w) keeps its
                                        # own list as its +rerank row (nfcorpus's hybrid: dev nDCG@10 0.345 -> 0.344)
     distill: bool = True               # the report's dense model is distilled from the teacher's scores (false: contrastive)
-    loss: str = "kl_distill"           # conf/loss/<name>.yaml for the distilled training (a loss with teacher = "scores")
+    loss: str = "kl_distill"           # loss/<name>.yaml of the config search path (conf/, a --config-dir) for the
+                                       # distilled training (a loss with teacher = "scores")
     # KL + DPR's NLL with denoising: the best of the dev ablation (docs/results/teacher.md); KL or Margin-MSE
     # alone made the model worse than untrained on squad1_open dev
     loss_args: Dict[str, Any] = field(default_factory=lambda: {"nll_weight": 1.0})  # overrides of that loss's keys

@@ -7,11 +7,19 @@ checkpoint, so a run killed and resumed ends with the weights of an uninterrupte
 
 Output: ``<output_dir>/cross_encoder/`` (`dpr.rerank.model`; the best dev weights when validated, else the
 last), ``train_summary.json``, ``metrics.jsonl`` / ``validation.jsonl`` (`dpr.trainkit.metrics_log`),
-``checkpoints/step_<n>/`` and ``checkpoints/best/``.
+``checkpoints/step_<n>/`` and ``checkpoints/best/``. A finished run of other settings in ``output_dir`` is refused
+unless ``overwrite`` (`dpr.trainkit.finished_run`).
+
+The model runs on the one device rule's device (`dpr.distributed.device`: ``cuda:LOCAL_RANK`` when CUDA is present),
+at the precision rule's precision there (`dpr.trainkit.precision`). Under ``torchrun`` the run is data-parallel
+(`dpr.trainkit.data_parallel`): ``batch_size`` stays the global questions per step, each rank forwards its share,
+the gradients are summed over ranks, and rank 0 alone validates and writes; 2 processes compute the 1-process
+losses and weights up to float rounding (without dropout, whose draws are per rank).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from pathlib import Path
@@ -19,20 +27,24 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from dpr import distributed as dist
 from dpr.atomic import write_json_atomic
 from dpr.models.length_buckets import encode_bucketed
 from dpr.perf.malloc import keep_freed_memory
 from dpr.rerank.config import RerankConfig
 from dpr.rerank.data import Group, GroupBatches, collate, read_groups_source
-from dpr.rerank.losses import LOSSES, group_accuracy
+from dpr.rerank.losses import LOSSES, bce_loss, group_accuracy
 from dpr.rerank.model import FINAL_DIR, build_cross_encoder, save_cross_encoder
 from dpr.rerank.validate import RerankValidator
 from dpr.trainkit.checkpoint import (RESUMABLE_KEYS, file_identity, fingerprint, load_best, resume_checkpoint,
                                      save_best, save_checkpoint)
 from dpr.trainkit.config_dict import plain
+from dpr.trainkit.data_parallel import all_reduce_grads, broadcast_parameters, check_batch, global_sum, global_weight, share
+from dpr.trainkit.finished_run import check_finished_run
 from dpr.trainkit.metrics_log import MetricsLogger
 from dpr.trainkit.optim import apply_update, build_optimizer, linear_schedule, resolve_warmup
 from dpr.trainkit.precision import AutocastCtx, autocast_scope, precision_context
+from dpr.trainkit.prefetch import prefetched
 from dpr.trainkit.seed import rng_state, seed_everything
 
 log = logging.getLogger(__name__)
@@ -49,10 +61,11 @@ def as_config(cfg: Any) -> RerankConfig:
     return RerankConfig.from_dict(plain(cfg))
 
 
-def _fingerprint(cfg: RerankConfig, train_path: Path) -> str:
-    d = cfg.as_dict()
+def _fingerprint(cfg: RerankConfig | Mapping[str, Any], train_path: Path) -> str:
+    """The run's identity; also of a config as a finished run's summary recorded it (`RerankConfig.as_dict`)."""
+    d = dict(cfg.as_dict() if isinstance(cfg, RerankConfig) else cfg)
     d["train"] = {k: v for k, v in d["train"].items() if k not in _RESUMABLE}
-    d.pop("score")
+    d.pop("score", None)
     return fingerprint({**d, "file": file_identity(train_path)})
 
 
@@ -74,37 +87,66 @@ def forward_logits(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], au
 def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], optimizer: torch.optim.Optimizer,
                scheduler: Any, loss_fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
                autocast: AutocastCtx, max_length: int, use_title: bool, max_grad_norm: float,
-               length_bucket_size: int = 0) -> dict:
+               length_bucket_size: int = 0, device: torch.device | str | None = None, scaler: Any = None,
+               batch: Mapping[str, torch.Tensor] | None = None) -> dict:
     """One optimizer step on ``groups`` (what `train_cross_encoder` runs per step; `scripts/bench_rerank.py`
-    times it): tokenize the groups' pairs into one batch, forward under ``autocast`` (in length buckets:
-    `forward_logits`), ``loss_fn`` over the ``[groups, 1 + N]`` logits, backward, clip, AdamW and
-    schedule step. Returns the step's figures (loss and group accuracy before the update, the learning rate
-    it used, the gradient norm before clipping)."""
-    batch = collate(groups, tokenizer, max_length, use_title)
+    times it): tokenize the groups' pairs into one batch on ``device`` (None: the model's), forward under
+    ``autocast`` (in length buckets: `forward_logits`), ``loss_fn`` over the ``[groups, 1 + N]`` logits, backward,
+    clip, AdamW and schedule step. Under torchrun ``groups`` is the global batch: this rank's share is forwarded
+    and the gradients summed over ranks (module doc). ``batch``: this rank's share already collated (built off the
+    training thread: `dpr.trainkit.prefetch`). Returns the step's figures (loss and group accuracy before the
+    update, the learning rate it used, the gradient norm before clipping)."""
+    device = next(model.parameters()).device if device is None else torch.device(device)
+    mine = share(groups)
+    if batch is None:
+        batch = collate(mine, tokenizer, max_length, use_title)
+    batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     positive, ignore = batch.pop("positive"), batch.pop("ignore")
-    scores = forward_logits(model, batch, autocast, length_bucket_size).view(len(groups), -1)
+    scores = forward_logits(model, batch, autocast, length_bucket_size).view(len(mine), -1)
     loss = loss_fn(scores, positive, ignore)
-    loss.backward()
-    lr, grad_norm = apply_update(model.parameters(), optimizer, scheduler, max_grad_norm)
-    return {"loss": loss.item(), "accuracy": group_accuracy(scores.detach(), positive, ignore), "lr": lr,
-            "grad_norm": grad_norm}
+    # this rank's part of the global mean: its share of the groups (listwise) or of the kept pairs (bce)
+    weight = 1.0 if not dist.is_distributed() else \
+        global_weight(float((~ignore).sum()) if loss_fn is bce_loss else len(mine))  # (no host sync when alone)
+    part = loss if weight == 1.0 else loss * weight
+    (part if scaler is None else scaler.scale(part)).backward()
+    all_reduce_grads(model)
+    lr, grad_norm = apply_update(model.parameters(), optimizer, scheduler, max_grad_norm, scaler)
+    accuracy = group_accuracy(scores.detach(), positive, ignore)
+    if dist.is_distributed():
+        return {"loss": global_sum(part.item()), "accuracy": global_sum(accuracy * len(mine)) / len(groups),
+                "lr": lr, "grad_norm": grad_norm}
+    return {"loss": loss.item(), "accuracy": accuracy, "lr": lr, "grad_norm": grad_norm}
 
 
 def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path,
                         dev: Sequence[Mapping[str, Any]] | None = None,
-                        dev_qrels: Mapping[str, Mapping[str, int]] | None = None) -> dict:
+                        dev_qrels: Mapping[str, Mapping[str, int]] | None = None, overwrite: bool = False,
+                        prefetch: int = 2) -> dict:
     """Train a cross-encoder on ``train_json`` (DPR retriever JSON with BM25 ``hard_negative_ctxs``) into
     ``output_dir``; ``dev``: a first stage's dev results records (their top ``rerank.score.k`` reranked at
-    each validation; ``dev_qrels`` by ``query_id`` on qrels data). Returns the summary."""
+    each validation; ``dev_qrels`` by ``query_id`` on qrels data). A finished run of other settings there is
+    refused unless ``overwrite`` (then removed first). ``prefetch``: steps whose batches are built ahead in a
+    background thread (0: on the training thread; the same batches either way). Returns the summary."""
     cfg = as_config(cfg)
     tcfg = cfg.train
     keep_freed_memory()  # no page-fault storm per step on the CPU (dpr/perf/malloc.py)
+    dist.init_distributed()
+    rank, main, device = dist.rank(), dist.is_main(), dist.device()
+    check_batch(tcfg.batch_size, "rerank.train.batch_size")
     train_path, out = Path(train_json), Path(output_dir)
+    run_fingerprint = _fingerprint(cfg, train_path)
+    # before anything is written or loaded: a finished run of other settings is the user's, not ours to replace
+    check_finished_run(out, run_fingerprint, cfg.as_dict(), overwrite=overwrite, outputs=(FINAL_DIR,),
+                       fingerprint_of=lambda old: _fingerprint(old, train_path),
+                       ignored=_RESUMABLE, ignored_sections=("score",), remove=main)
+    dist.barrier()
     out.mkdir(parents=True, exist_ok=True)
     if tcfg.cpu_threads > 0:
         torch.set_num_threads(int(tcfg.cpu_threads))
     seed_everything(int(tcfg.seed))  # the head's initialisation
     model, tokenizer = build_cross_encoder(cfg.model)
+    model.to(device)
+    broadcast_parameters(model)
     settings = cfg.settings()
 
     t0 = time.perf_counter()
@@ -122,46 +164,63 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
 
     optimizer = build_optimizer(model, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     scheduler = linear_schedule(optimizer, resolve_warmup(0, tcfg.warmup_ratio, total), total)
-    run_fingerprint = _fingerprint(cfg, train_path)
-    start_step, state = resume_checkpoint(tcfg.resume, out, run_fingerprint, model, optimizer, scheduler)
+    autocast, precision = precision_context(tcfg.precision, device, training=True)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None  # fp16 (a GPU's auto) scales
+    start_step, state = resume_checkpoint(tcfg.resume, out, run_fingerprint, model, optimizer, scheduler, rank=rank,
+                                          map_location=device, scaler=scaler)
+    if start_step == 0 and rank > 0:
+        seed_everything(int(tcfg.seed) + rank)  # ranks draw different dropout masks (rank 0: a 1-process run's)
     best = state.get("best")
-    autocast, precision = precision_context(tcfg.precision, "cpu", training=True)
     loss_fn = LOSSES[tcfg.loss]
-    logger = MetricsLogger(out, resume_step=start_step)
-    log.info("cross-encoder: %d %s questions, %d steps of %d x (1 + %d), loss %s, %s", len(examples), kind, total,
-             tcfg.batch_size, tcfg.negatives, tcfg.loss, precision)
+    logger = MetricsLogger(out, resume_step=start_step, enabled=main)
+    log.info("cross-encoder: %d %s questions, %d steps of %d x (1 + %d), loss %s, %s on %s x %d", len(examples), kind,
+             total, tcfg.batch_size, tcfg.negatives, tcfg.loss, precision, device, dist.world_size())
 
     model.train()
     figures: dict = {}
+    # the worker's own tokenizer: a fast tokenizer's padding/truncation state is not to be shared across threads
+    worker_tok = copy.deepcopy(tokenizer) if prefetch > 0 else tokenizer
+
+    def build(step: int) -> tuple[int, list[Group], dict]:
+        epoch, groups = batches.groups(step)
+        return epoch, groups, collate(share(groups), worker_tok, cfg.max_length, cfg.title)
+
+    steps = prefetched(build, range(start_step, total), prefetch, pin_memory=device.type == "cuda")
     try:
-        for step in range(start_step, total):
-            epoch, groups = batches.groups(step)
+        for step, (epoch, groups, batch) in zip(range(start_step, total), steps):
             figures = {"epoch": epoch, **train_step(model, tokenizer, groups, optimizer, scheduler, loss_fn, autocast,
                                                     cfg.max_length, cfg.title, tcfg.max_grad_norm,
-                                                    tcfg.length_bucket_size),
+                                                    tcfg.length_bucket_size, device, scaler, batch),
                        "seconds": round(time.perf_counter() - t0, 2)}
             logger.log_train(step + 1, figures)
             if (step + 1) % tcfg.log_every == 0:
                 log.info("step %d/%d loss %.4f group-acc %.2f", step + 1, total, figures["loss"], figures["accuracy"])
             last = step + 1 == total
-            if validator is not None and (last or (tcfg.eval_every > 0 and (step + 1) % tcfg.eval_every == 0)):
+            if main and validator is not None and (last or (tcfg.eval_every > 0 and (step + 1) % tcfg.eval_every == 0)):
                 best = _validate(validator, model, tokenizer, out, step + 1, logger, best)
                 model.train()
             if tcfg.save_every > 0 and ((step + 1) % tcfg.save_every == 0 or last):
-                save_checkpoint(out, step + 1, model, optimizer, scheduler, None,
-                                {"fingerprint": run_fingerprint, "best": best}, [rng_state()],
-                                keep=tcfg.keep_checkpoints)
+                rngs = dist.all_gather_object(rng_state())  # every rank's dropout state, rank 0 writes
+                if main:
+                    save_checkpoint(out, step + 1, model, optimizer, scheduler, scaler,
+                                    {"fingerprint": run_fingerprint, "best": best}, rngs, keep=tcfg.keep_checkpoints)
     finally:
+        steps.close()  # no batch left building behind an error
         logger.close()
     model.eval()
-    if best is not None:
-        load_best(out, model)  # the saved model is the best dev weights
-    final = save_cross_encoder(model, tokenizer, out / FINAL_DIR, settings,
-                               extra={"base_model": cfg.model, "trained_steps": total, "kind": kind})
+    final = out / FINAL_DIR
+    if main:
+        if best is not None:
+            load_best(out, model, map_location=str(device))  # the saved model is the best dev weights
+        save_cross_encoder(model, tokenizer, final, settings,
+                           extra={"base_model": cfg.model, "trained_steps": total, "kind": kind})
     summary = {"model_dir": str(final), "steps": total, "resumed_from_step": start_step, "precision": precision,
-               "kind": kind, "questions": len(examples), "final": figures, "best": best,
-               "seconds": round(time.perf_counter() - t0, 1), "config": cfg.as_dict()}
-    write_json_atomic(out / "train_summary.json", summary)
+               "device": str(device), "world_size": dist.world_size(), "kind": kind, "questions": len(examples),
+               "final": figures, "best": best, "seconds": round(time.perf_counter() - t0, 1),
+               "fingerprint": run_fingerprint, "config": cfg.as_dict()}
+    if main:
+        write_json_atomic(out / "train_summary.json", summary)
+    dist.barrier()
     log.info("cross-encoder saved to %s (%d steps, %.0f s)", final, total, summary["seconds"])
     return summary
 

@@ -22,7 +22,7 @@ class RetrieveConfig:
     k: int = ranged(100, 1, MAX_K)  # passages per question
     batch_size: int = ranged(64, 1, MAX_BATCH)  # question encoding batch
     search_batch_size: int = ranged(1024, 1, MAX_BATCH)  # questions per FAISS search call
-    device: Optional[str] = None      # encoder device; null: cuda:LOCAL_RANK if available, else cpu
+    device: Optional[str] = None      # encoder device; null | auto: the one device rule (dpr.distributed.device)
     # auto (bf16 where the hardware has it) | bf16 | fp16 | off (Any: YAML reads a bare `off` as false)
     autocast: Any = "auto"
     # auto (= fp32: fp32 weights under autocast) | fp32 | bf16 (question encoder cast to bf16 once;

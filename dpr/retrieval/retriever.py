@@ -173,6 +173,9 @@ class DenseRetriever(Retriever):
         check_optional_int("nprobe", nprobe, 1, INT32_MAX, " (null = as saved in the index)")
         check_optional_int("ef_search", ef_search, 1, INT32_MAX, " (null = as saved in the index)")
         check_max_length(max_length)  # the model's own bound once it is loaded
+        from dpr.distributed import check_device
+
+        device = check_device(device)  # the one device rule's key, checked before anything is loaded
         self.weights = resolve_weights(weights, device, autocast)  # before anything is loaded
         self.index_path = Path(index)
         # an index from another model or passages file is refused before anything is loaded or encoded

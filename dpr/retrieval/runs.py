@@ -31,12 +31,10 @@ def encode_questions(model_path: str | Path, questions: Sequence[str], batch_siz
                      device: str | None = RetrieveConfig.device, autocast: str | None = RetrieveConfig.autocast,
                      max_length: int | None = RetrieveConfig.max_length) -> tuple[np.ndarray, Any]:
     """Question vectors (float32 ``[N, D]``) and the model's config."""
-    import torch
-
-    from dpr.distributed import device as default_device
+    from dpr.distributed import resolve_device
     from dpr.models import encode_texts, load_biencoder
 
-    dev = torch.device(device) if device else default_device()
+    dev = resolve_device(device)  # the one device rule (auto/null: cuda:LOCAL_RANK when CUDA is present)
     model, tokenizer = load_biencoder(str(model_path))
     model.to(dev)
     vecs = encode_texts(model, tokenizer, list(questions), "question", batch_size=batch_size,

@@ -170,7 +170,7 @@ def read_teacher_scores(scores_path: str | Path, train_json: str | Path | None =
     manifest = read_manifest(path)
     if manifest is None or not path.is_file():
         raise FileNotFoundError(f"{path}: no finished teacher scores (with {manifest_path(path).name}); "
-                                "write them with dpr.training.teacher_scores.score_candidates")
+                                f"write them with dpr-rerank teacher-scores model=<cross-encoder dir> data=<dataset> output={path}")
     if sha256_file(path) != manifest.get("file_sha256"):
         raise DataError(path, f"changed since {manifest_path(path).name} was written (sha256 differs); rescore it",
                         field="file_sha256")
@@ -178,7 +178,8 @@ def read_teacher_scores(scores_path: str | Path, train_json: str | Path | None =
         data = "sha256:" + sha256_file(train_json)
         if manifest.get("data") != data:
             raise DataError(manifest_path(path), f"scored for another {Path(train_json).name} ({manifest.get('data')}, "
-                            f"now {data}): rescore with score_candidates(..., overwrite=True)", field="data")
+                            f"now {data}): rescore with dpr-rerank teacher-scores model=<cross-encoder dir> "
+                            f"train_file={train_json} output={path}", field="data")
     store = TeacherScores(path, manifest)
     count = 0
     for rec in iter_records(path):

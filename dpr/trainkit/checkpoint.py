@@ -199,10 +199,12 @@ def load_best(output_dir: str | Path, model: torch.nn.Module, map_location: str 
 
 
 def resume_checkpoint(resume: Any, output_dir: str | Path, run_fingerprint: str, model: torch.nn.Module,
-                      optimizer: torch.optim.Optimizer, scheduler: Any) -> tuple[int, dict]:
+                      optimizer: torch.optim.Optimizer, scheduler: Any, *, rank: int = 0,
+                      map_location: str | torch.device = "cpu", scaler: Any = None) -> tuple[int, dict]:
     """``(step, state)`` of the checkpoint ``resume`` asks for (:func:`resolve_resume`), loaded into ``model``,
     ``optimizer`` and ``scheduler`` with its RNG state restored; ``(0, {})`` when there is none. One of another run
-    (another fingerprint) is ignored with a warning under ``resume=auto``, refused otherwise."""
+    (another fingerprint) is ignored with a warning under ``resume=auto``, refused otherwise (a *finished* run of
+    another fingerprint is refused before: `dpr.trainkit.finished_run`). ``rank``: whose RNG state to restore."""
     ckpt = resolve_resume(resume, output_dir)
     if ckpt is None:
         return 0, {}
@@ -211,8 +213,9 @@ def resume_checkpoint(resume: Any, output_dir: str | Path, run_fingerprint: str,
             raise ValueError(f"{ckpt}: checkpoint of a different run (model, data or settings changed)")
         log.warning("ignoring %s: written by a run with other settings or data", ckpt)
         return 0, {}
-    state, rng = load_checkpoint(ckpt, model, optimizer, scheduler)
-    set_rng_state(rng[0])  # dropout draws continue where the killed run left them
+    state, rng = load_checkpoint(ckpt, model, optimizer, scheduler, scaler, map_location=map_location)
+    # dropout draws continue where the killed run left them (each rank its own, under torchrun)
+    set_rng_state(rng[rank % len(rng)])
     log.info("resumed from %s at step %d", ckpt, int(state["step"]))
     return int(state["step"]), state
 

@@ -215,8 +215,17 @@ def test_resumed_training_equals_a_straight_run(tiny_data_dir, tiny_model_dir, t
     a = load_file(str(tmp_path / "straight" / "reader" / "reader_head.safetensors"))
     b = load_file(str(tmp_path / "killed" / "reader" / "reader_head.safetensors"))
     assert a.keys() == b.keys() and all(torch_equal(a[k], b[k]) for k in a)
-    # different settings: the old checkpoints are not this run's past and are ignored under resume=auto
+    # different settings into the finished run: refused (nothing touched) unless overwrite, then trained afresh
     cfg["train"]["lr"] = 5e-4
+    before = (tmp_path / "killed" / "train_summary.json").read_bytes()
+    with pytest.raises(ValueError, match=r"finished run trained with other settings.*train.lr.*overwrite=true"):
+        train_reader(cfg, train, tmp_path / "killed")
+    assert (tmp_path / "killed" / "train_summary.json").read_bytes() == before
+    assert train_reader(cfg, train, tmp_path / "killed", overwrite=True)["resumed_from_step"] == 0
+    # a killed run of other settings (no summary) is not this run's past: its checkpoints are ignored
+    cfg["train"]["lr"] = 3e-4
+    shutil.rmtree(tmp_path / "killed" / "reader")
+    (tmp_path / "killed" / "train_summary.json").unlink()
     assert train_reader(cfg, train, tmp_path / "killed")["resumed_from_step"] == 0
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 from tests.system.test_faults import _env, _run, _run_stopped_at
@@ -79,8 +80,13 @@ def test_other_settings_do_not_resume_from_old_checkpoints(tiny_data_dir, tiny_m
     assert train_cross_encoder(cfg, train, tmp_path / "run")["resumed_from_step"] == 0
     cfg.train.max_steps = 3  # more steps: the same run, continued
     assert train_cross_encoder(cfg, train, tmp_path / "run")["resumed_from_step"] == 2
-    cfg.train.loss = "bce"   # another loss: not this run's past
-    assert train_cross_encoder(cfg, train, tmp_path / "run")["resumed_from_step"] == 0
+    cfg.train.loss = "bce"   # another loss: not this run's past, and a finished run is refused
+    before = (tmp_path / "run" / "train_summary.json").read_bytes()
+    with pytest.raises(ValueError, match=r"finished run trained with other settings.*train.loss: 'listwise' -> 'bce'"
+                                         r".*overwrite=true"):
+        train_cross_encoder(cfg, train, tmp_path / "run")
+    assert (tmp_path / "run" / "train_summary.json").read_bytes() == before  # nothing touched
+    assert train_cross_encoder(cfg, train, tmp_path / "run", overwrite=True)["resumed_from_step"] == 0
 
 
 def test_cli_trains_validates_and_reranks_end_to_end(tiny_data_dir, tiny_model_dir, tmp_path):
