@@ -204,7 +204,7 @@ def test_reader_training_and_evaluation_run_on_the_rules_device(moved, tiny_mode
 
 def test_dual_encoder_training_validation_encode_and_retrieve_use_the_rules_device(
         moved, tiny_model_dir, tiny_data_dir, tmp_path):
-    from dpr.encode import encode_corpus
+    from tests.encode_kw import encode_corpus
     from dpr.retrieval.runs import encode_questions
     from dpr.training.train import train
 
