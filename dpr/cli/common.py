@@ -3,6 +3,7 @@ how paths given on the command line are read (relative to where the user ran the
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import functools
@@ -18,6 +19,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from dpr.atomic import check_replaceable
 from dpr.errors import DataError
 
 from dpr.resources import CONF_DIR  # noqa: E402  conf/ of the source tree, or the copy a wheel ships
@@ -114,6 +116,18 @@ def check_writable(path: str | os.PathLike, what: str = "output") -> Path:
     return p
 
 
+def check_output_dir(path: str | os.PathLike, what: str = "output_dir") -> Path:
+    """`check_writable`, and ``path`` is a directory if it exists: a file or a symlink that cannot be followed
+    (a loop, a missing target) there would otherwise fail later as a bare "[Errno 17] File exists"."""
+    p = check_writable(path, what)
+    if os.path.lexists(p) and not p.is_dir():
+        if p.is_symlink():
+            raise NotADirectoryError(f"{what} {p}: a symlink that does not lead to a directory (a loop or a "
+                                     "missing target); give a directory")
+        raise NotADirectoryError(f"{what} {p}: exists and is not a directory; give a directory")
+    return p
+
+
 def check_safetensors_file(path: Path) -> None:
     """DataError naming ``path`` if it is not a whole safetensors file (reads the header only): a truncated
     or corrupted file would otherwise fail deep inside the loader without naming itself."""
@@ -154,6 +168,16 @@ def check_model_path(model_path: str) -> None:
     looks_local = value.startswith((".", "/", "~")) or value.count("/") > 1 or os.sep != "/" and os.sep in value
     if looks_local:
         raise FileNotFoundError(f"model not found: {value} (no such directory)")
+
+
+def lock_run_dir_of_rank0(run_dir: str | os.PathLike, command: str) -> contextlib.AbstractContextManager:
+    """`dpr.run_dir.lock_run_dir` in the process that owns the run directory (rank 0 under torchrun; the other
+    ranks write nothing there), a no-op elsewhere."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return contextlib.nullcontext()
+    from dpr.run_dir import lock_run_dir
+
+    return lock_run_dir(run_dir, command)
 
 
 def error_log_dir() -> Path:
@@ -205,7 +229,8 @@ def describe_expected(err: BaseException) -> str:
     return text
 
 
-def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | None = None) -> Callable:
+def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | None = None,
+                  file_outputs: tuple[str, ...] = ()) -> Callable:
     """Every failure as one line on stderr and a non-zero exit, never a traceback.
 
     Expected failures (bad input, missing files, bad values) → ``<command>: error: ...``, exit 2.
@@ -213,7 +238,9 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
     exception and a log file holding the traceback, exit 1. Before the command runs, relative paths
     in the environment and the config are made absolute against the launch directory, the config is
     type-checked against ``dpr.cli.schemas.SCHEMAS[schema]``, and the config keys named in
-    ``outputs`` (where the command writes) are checked writable.
+    ``outputs`` (directories the command writes in) are checked writable and not a file; those in
+    ``file_outputs`` (where it writes one file) writable and not an existing directory (`dpr.atomic.check_replaceable`: nothing the user owns
+    is replaced).
     """
 
     def wrap(fn: Callable) -> Callable:
@@ -228,10 +255,14 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
 
                             check_config(a, SCHEMAS[schema])
                         absolutize_cfg(a)
-                        for key in outputs:
+                        for key in (*outputs, *file_outputs):
                             value = OmegaConf.select(a, key, default=None)
                             if isinstance(value, str) and value:
-                                check_writable(value, key)
+                                if key in file_outputs:
+                                    check_writable(value, key)
+                                    check_replaceable(user_path(value), directory=False)
+                                else:
+                                    check_output_dir(value, key)
                 return fn(*args, **kwargs)
             except EXPECTED as err:
                 print(f"{command}: error: {describe_expected(err)}", file=sys.stderr)
