@@ -34,6 +34,10 @@ PATH_ENV_VARS = ("DPR_DATA_MIRROR", "DPR_DATA_CACHE")
 PATH_KEYS = ("data_dir", "output_dir", "data.mirror_dir", "data.cache_dir", "passages", "output", "embeddings",
              "model_path", "index_path", "qa", "queries", "qrels", "bm25", "dense", "bm25_dev", "dense_dev",
              "qrels_dev")
+# Config keys (dotted) naming a model to load, in any command: each is checked by `check_model_path` before the
+# command runs, so a missing local directory is named as such (Hugging Face would call it a malformed repo id).
+MODEL_KEYS = ("model_path", "model.name", "rerank.model", "reader_cfg.model", "reader_model",
+              "teacher_cfg.rerank.model")
 # Expected failures: one line, exit 2. Anything else is a bug: one line + the traceback in a log file.
 # OSError covers missing/unwritable paths, full disks and models that cannot be found or loaded.
 # OmegaConf errors: a config problem (a missing mandatory value, an interpolation that cannot resolve).
@@ -237,7 +241,8 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
     Ctrl-C → ``<command>: interrupted``, exit 130. Anything else is a bug → one line naming the
     exception and a log file holding the traceback, exit 1. Before the command runs, relative paths
     in the environment and the config are made absolute against the launch directory, the config is
-    type-checked against ``dpr.cli.schemas.SCHEMAS[schema]``, and the config keys named in
+    type-checked against ``dpr.cli.schemas.SCHEMAS[schema]``, every model key (``MODEL_KEYS``) that names a
+    local path is checked to exist (`check_model_path`), and the config keys named in
     ``outputs`` (directories the command writes in) are checked writable and not a file; those in
     ``file_outputs`` (where it writes one file) writable and not an existing directory (`dpr.atomic.check_replaceable`: nothing the user owns
     is replaced).
@@ -255,6 +260,16 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
 
                             check_config(a, SCHEMAS[schema])
                         absolutize_cfg(a)
+                        for key in MODEL_KEYS:
+                            try:
+                                value = OmegaConf.select(a, key, default=None, throw_on_missing=False)
+                            except OmegaConfBaseException:  # an interpolation that cannot resolve: the command's
+                                continue
+                            if isinstance(value, str) and value:
+                                try:
+                                    check_model_path(value)
+                                except FileNotFoundError as err:
+                                    raise FileNotFoundError(f"{key}: {err}") from None
                         for key in (*outputs, *file_outputs):
                             value = OmegaConf.select(a, key, default=None)
                             if isinstance(value, str) and value:
