@@ -33,7 +33,7 @@ PATH_ENV_VARS = ("DPR_DATA_MIRROR", "DPR_DATA_CACHE")
 # Config keys (dotted) holding paths that are resolved the same way before the command runs.
 PATH_KEYS = ("data_dir", "output_dir", "data.mirror_dir", "data.cache_dir", "passages", "output", "embeddings",
              "model_path", "index_path", "qa", "queries", "qrels", "bm25", "dense", "bm25_dev", "dense_dev",
-             "qrels_dev")
+             "qrels_dev", "index_dir")
 # Config keys (dotted) naming a model to load, in any command: each is checked by `check_model_path` before the
 # command runs, so a missing local directory is named as such (Hugging Face would call it a malformed repo id).
 MODEL_KEYS = ("model_path", "model.name", "rerank.model", "reader_cfg.model", "reader_model",

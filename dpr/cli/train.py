@@ -101,20 +101,23 @@ def check_steps(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
-@report_errors("dpr-train")
 def _run(cfg: DictConfig) -> None:
     from dpr import run_dir
 
-    hc = HydraConfig.get()
     # In a sweep each job's own directory (sweep dir / subdir) is its output_dir.
-    out = hc.runtime.output_dir
-    # rank 0 owns the run directory (the other ranks write nothing there); a second run into it stops here
+    out = HydraConfig.get().runtime.output_dir
     try:
-        with lock_run_dir_of_rank0(out, "dpr-train"):
-            _checked_start(cfg, out)
-            _train(cfg, hc, out)
-    finally:  # refused or failed before training: this run's pending .hydra/ goes, the finished run's stays
-        run_dir.discard_hydra_dir(out)  # (once committed there is nothing pending left to discard)
+        _locked_run(cfg, out)
+    finally:  # refused (also by report_errors' own checks) or failed: this run's pending .hydra/ goes, the
+        run_dir.discard_hydra_dir(out)  # finished run's stays (once committed, nothing pending is left)
+
+
+@report_errors("dpr-train")
+def _locked_run(cfg: DictConfig, out: str) -> None:
+    # rank 0 owns the run directory (the other ranks write nothing there); a second run into it stops here
+    with lock_run_dir_of_rank0(out, "dpr-train"):
+        _checked_start(cfg, out)
+        _train(cfg, HydraConfig.get(), out)
 
 
 def _checked_start(cfg: DictConfig, out: str) -> None:
