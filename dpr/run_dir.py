@@ -59,6 +59,30 @@ def _holder(text: str) -> str:
         return "a process that left no details"
 
 
+def _busy(run_dir: Path, path: Path) -> RunDirBusyError:
+    return RunDirBusyError(f"{run_dir} is in use by another run: {_holder(path.read_text(errors='replace'))}; "
+                           "wait for it to finish, or train into another output_dir=")
+
+
+def check_run_dir_free(run_dir: str | Path) -> None:
+    """Raise :class:`RunDirBusyError` if a live run holds ``run_dir``; creates and changes nothing. For a check
+    before Hydra starts (it writes its log and ``.hydra/`` into the run directory before any code of ours
+    runs); `lock_run_dir` still decides."""
+    run_dir = Path(run_dir)
+    path = run_dir / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file (or no directory): nobody holds it
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except BlockingIOError:
+        raise _busy(run_dir, path) from None
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def lock_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
     """Hold ``run_dir`` for this run (creating it); raise :class:`RunDirBusyError` if another live run holds it.
@@ -77,8 +101,7 @@ def lock_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunDirBusyError(f"{run_dir} is in use by another run: {_holder(path.read_text(errors='replace'))}; "
-                                  "wait for it to finish, or train into another output_dir=") from None
+            raise _busy(run_dir, path) from None
         previous = os.read(fd, 4096).decode(errors="replace")
         if previous.strip():  # the file still names a holder: that process died without releasing it
             log.warning("%s: taking over the lock left by %s, no longer running", run_dir, _holder(previous))

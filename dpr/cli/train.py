@@ -192,6 +192,10 @@ def _check_output_dir(argv: list[str]) -> None:
     target = given[-1] if given and "${" not in given[-1] else "runs/train"
     try:
         check_output_dir(target, "output_dir")
+        if given and "${" not in given[-1]:  # a running run's directory: refused before Hydra writes its log there
+            from dpr.run_dir import check_run_dir_free
+
+            check_run_dir_free(target)
     except OSError as err:
         print(f"dpr-train: error: {err}", file=sys.stderr)
         sys.exit(2)
