@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dpr.atomic import OutputConflictError, atomic_path, write_json_atomic
+from dpr.atomic import atomic_path, write_json_atomic
 from dpr.data.prepare import prepare_dataset
 from dpr.data.prepare.import_ import collect
 from dpr.errors import DataError
@@ -33,12 +33,12 @@ def _user_dir(path: Path) -> dict[str, bytes]:
 def test_a_file_output_never_replaces_a_directory(tmp_path):
     out = tmp_path / "out.json"
     before = _user_dir(out)
-    with pytest.raises(OutputConflictError, match="is a directory, and this command writes a file there"):
+    with pytest.raises(FileExistsError, match="is a directory, and this command writes a file there"):
         write_json_atomic(out, {"a": 1})
     assert _tree(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(OutputConflictError):  # not even an empty one: the user meant a file *in* it, perhaps
+    with pytest.raises(FileExistsError):  # not even an empty one: the user meant a file *in* it, perhaps
         write_json_atomic(empty, {})
     assert empty.is_dir()
 
@@ -46,21 +46,21 @@ def test_a_file_output_never_replaces_a_directory(tmp_path):
 def test_a_directory_output_replaces_only_its_own_earlier_output(tmp_path):
     out = tmp_path / "index"
     before = _user_dir(out)
-    with pytest.raises(OutputConflictError, match=r"holding files this command does not write \(notes1.txt, notes2.txt, sub\)"):
+    with pytest.raises(FileExistsError, match=r"holding files this command does not write \(notes1.txt, notes2.txt, sub\)"):
         with atomic_path(out) as t:
             t.mkdir()
             (t / "notes0.txt").write_text("new")
     assert _tree(out) == before
     # with an ownership check: refused before the block runs at all
     ran = []
-    with pytest.raises(OutputConflictError, match="is a directory this command did not write"):
+    with pytest.raises(FileExistsError, match="is a directory this command did not write"):
         with atomic_path(out, owned=lambda d: (d / "meta.json").is_file()):
             ran.append(1)
     assert not ran and _tree(out) == before
     # a file under a directory output
     f = tmp_path / "file"
     f.write_text("mine")
-    with pytest.raises(OutputConflictError, match="is a file, and this command writes a directory there"):
+    with pytest.raises(FileExistsError, match="is a file, and this command writes a directory there"):
         with atomic_path(f, owned=lambda d: True) as t:
             t.mkdir()
     assert f.read_text() == "mine"
@@ -108,7 +108,7 @@ def test_a_user_directory_under_data_dir_is_not_replaced_but_a_prepared_dataset_
     data_dir = tmp_path / "data"
     before = _user_dir(data_dir / "mine")
     src = _flag_file(tmp_path / "f.jsonl")
-    with pytest.raises(OutputConflictError, match=r"mine: is a directory this command did not write"):
+    with pytest.raises(FileExistsError, match=r"mine: is a directory this command did not write"):
         _import(src, data_dir, "mine")
     assert _tree(data_dir / "mine") == before and sorted(p.name for p in data_dir.iterdir()) == ["mine"]
     root = _import(src, data_dir, "ours")
