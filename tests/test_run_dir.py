@@ -218,7 +218,7 @@ def _hold(run: Path, flag: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code], env=_env(), stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("cmd", [["dpr-rerank", "train"], ["dpr-reader", "train"], ["dpr-train"]])
+@pytest.mark.parametrize("cmd", [["dpr-rerank", "train"], ["dpr-reader", "train"], ["dpr-train"], ["dpr-pipeline"]])
 def test_every_trainer_takes_the_run_directory_lock(tiny_model_dir, tiny_data_dir, tmp_path, cmd):
     run = tmp_path / "run"
     holder = _hold(run, tmp_path / "held")
@@ -226,7 +226,7 @@ def test_every_trainer_takes_the_run_directory_lock(tiny_model_dir, tiny_data_di
         _wait_for((tmp_path / "held").exists, holder)
         before = sorted(p.name for p in run.iterdir())
         args = [str(BIN / cmd[0]), *cmd[1:], "data=tiny", f"data_dir={tiny_data_dir}", f"output_dir={run}",
-                f"model={tiny_model_dir}" if cmd[0] != "dpr-train" else f"model.name={tiny_model_dir}"]
+                f"model.name={tiny_model_dir}" if cmd[0] in ("dpr-train", "dpr-pipeline") else f"model={tiny_model_dir}"]
         conf = tmp_path / "conf"
         (conf / "data").mkdir(parents=True)
         (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")

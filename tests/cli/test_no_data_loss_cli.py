@@ -153,3 +153,19 @@ def test_dpr_data_name_outside_data_dir_or_over_a_user_directory_is_refused(plac
     before = _tree(place)
     _one_line(_cli(place, *base, "data.name=plain"), f"{data_dir / 'plain'}: is a directory this command did not write")
     assert _tree(place) == before
+
+
+def test_commands_writing_into_an_output_directory_keep_the_users_files(place, tiny_model_dir, tiny_data_dir):
+    """``output_dir=`` of dpr-encode and dpr-eval is a directory the command writes its own files into: a directory
+    of the user's is used as it is, none of the user's files changed or removed."""
+    before = _tree(place / "mine")
+    res = place / "res.json"
+    res.write_text(json.dumps([{"question": "q", "answers": ["a"], "ctxs": [
+        {"id": "p1", "title": "t", "text": "a b", "score": 1.0, "has_answer": True}]}]))
+    for cmd in (("dpr-eval", f"results=[{res}]", "output_dir=mine", "resamples=10"),
+                ("dpr-encode", f"model={tiny_model_dir}", f"passages={tiny_data_dir / 'tiny' / 'passages.tsv'}",
+                 "output_dir=mine")):
+        proc = _cli(place, *cmd)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        after = _tree(place / "mine")
+        assert {k: after[k] for k in before} == before and len(after) > len(before), cmd
