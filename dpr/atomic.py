@@ -11,6 +11,11 @@
 - **One writer at a time.** Writers of one path take an exclusive ``flock`` on a lock file (under
   ``<tmp>/dpr-locks/``, keyed by the absolute path, so output directories get no extra files); a
   second writer waits for the first instead of both renaming onto the same name.
+- **Nothing the user owns is replaced.** A file output may replace a file; a directory output may replace
+  only a directory its writer recognises as its own (``owned=``, a check of its marker or manifest) or, where
+  the writer gives none, one whose entries the new directory all has (an earlier save of the same layout).
+  Anything else at the path (a directory under a file output, a file under a directory output, a directory
+  holding other files) is refused with :class:`OutputConflictError` (one line; nothing is touched).
 - **Leftovers cleaned.** Temporary names are ``.<name>.<pid>-<random>.tmp``. While holding the lock
   no other writer of that path can be mid-write, so every such name found then belongs to a killed
   run and is removed.
@@ -32,7 +37,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +45,55 @@ log = logging.getLogger(__name__)
 # takes the flock on its own descriptor and so waits like another process would.
 _held: dict[tuple[int, str], int] = {}
 _OLD = ".old"  # inside a temporary directory: the previous output, moved aside (fallback only)
+
+
+class OutputConflictError(FileExistsError):
+    """Something the writer did not make stands where it would write (see the module notes); str() is one line."""
+
+    def __init__(self, path: str | Path, message: str) -> None:
+        super().__init__(f"{path}: {message}; nothing was changed (choose another output path, or move it away "
+                         "yourself)")
+        self.filename = str(path)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _is_real_dir(path: Path) -> bool:
+    return os.path.isdir(path) and not os.path.islink(path)
+
+
+def check_replaceable(path: str | Path, directory: bool, owned: Callable[[Path], bool] | None = None) -> None:
+    """Raise :class:`OutputConflictError` unless a ``directory`` (else a file) output may be written at ``path``.
+
+    A file output: nothing there, a file or a symlink. A directory output: nothing there, a symlink, an empty
+    directory, or a directory ``owned`` recognises (this command's marker or manifest is in it)."""
+    path = Path(path)
+    if not os.path.lexists(path) or os.path.islink(path):
+        return
+    if not directory:
+        if _is_real_dir(path):
+            raise OutputConflictError(path, "is a directory, and this command writes a file there")
+        return
+    if not _is_real_dir(path):
+        raise OutputConflictError(path, "is a file, and this command writes a directory there")
+    if owned is not None and any(path.iterdir()) and not owned(path):
+        raise OutputConflictError(path, "is a directory this command did not write (no marker of its output "
+                                  "in it)")
+
+
+def _check_swap(new: Path, path: Path) -> None:
+    """The last check before the rename, for writers that gave no ``owned=``: what the block made decides."""
+    if not os.path.lexists(path) or os.path.islink(path):
+        return
+    if not _is_real_dir(new):
+        check_replaceable(path, directory=False)
+        return
+    check_replaceable(path, directory=True)
+    extra = sorted(set(os.listdir(path)) - set(os.listdir(new)))
+    if extra:  # not an earlier save of the same layout: the user's directory, or another kind of output
+        shown = ", ".join(extra[:3]) + (f" (+{len(extra) - 3} more)" if len(extra) > 3 else "")
+        raise OutputConflictError(path, f"is a directory holding files this command does not write ({shown})")
 
 
 def lock_dir() -> Path:
@@ -183,13 +237,21 @@ def replace_path(new: Path, path: Path, aside: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, owned: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; move it onto ``path`` only if the block succeeds.
 
     Works for files and directories (whatever the block creates at the temporary path). The block
     runs under ``path``'s writer lock, after leftovers of killed runs are removed.
+
+    ``owned``: the block makes a directory, and an existing directory at ``path`` may be replaced only if
+    ``owned(path)`` (or it is empty); checked before the block runs. Without it a file output refuses an
+    existing directory once the block has made a file, and a directory output is checked as :func:`_check_swap`
+    says (commands check their file outputs before any work: ``dpr.cli.common.report_errors``).
+    Refusals are :class:`OutputConflictError`, with nothing on disk changed.
     """
     path = Path(path)
+    if owned is not None:
+        check_replaceable(path, directory=True, owned=owned)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path_lock(path):
         clean_stale_temps(path)
@@ -198,6 +260,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         target = tmp / path.name
         try:
             yield target
+            if owned is None:
+                _check_swap(target, path)
             replace_path(target, path, tmp / _OLD)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

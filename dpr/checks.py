@@ -60,6 +60,11 @@ def check_questions(questions: Any, name: str = "questions") -> list[str]:
     for i, q in enumerate(out):
         if not isinstance(q, str):
             raise TypeError(f"{name}[{i}] must be a string, got {type(q).__name__} {q!r}")
+        try:
+            q.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate: the tokenizer would fail with a bare TypeError
+            raise ValueError(f"{name}[{i}] is not valid text: {q[err.start]!r} at position {err.start} is a lone "
+                             f"surrogate, not a character (question {q!r})") from None
     return out
 
 

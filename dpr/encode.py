@@ -86,6 +86,15 @@ def _expected_manifest(files_count: int, start: int, end: int, shard_id: int, nu
             "count": files_count, **common}
 
 
+def _non_finite_message(dtype: str, vecs: Any, shard: int, a: int, b: int, model_path: str | Path) -> str:
+    """Why passage vectors are not finite: the storage type overflowed (the model's own float32 vectors were
+    finite), or the model itself produced NaN/inf (corrupt or diverged weights: another dtype cannot help)."""
+    if dtype != "float32" and np.isfinite(vecs.float().numpy()).all():
+        return f"passage vectors overflow {dtype} in shard {shard} (rows {a}-{b}); use dtype=float32"
+    return (f"the model {model_path} produces non-finite (NaN/inf) passage vectors in shard {shard} (rows {a}-{b}): "
+            "its weights are corrupt or diverged; check the model (another dtype= cannot fix this)")
+
+
 def _common_manifest(model_path: str | Path, passages_path: Path, total: int, dtype: str, max_length: int | None,
                      quantize: str, runtime: str, weights: str = "fp32", compile: bool = False) -> dict:
     """What every shard's manifest records about the run (what a finished shard must match to be reused)."""
@@ -289,8 +298,7 @@ def encode_corpus(
                 ):
                     arr = vecs.numpy().astype(np_dtype)
                     if not np.isfinite(arr).all():
-                        raise ValueError(f"passage vectors overflow {dtype} in shard {i} (rows {a}-{b}); "
-                                         "use dtype=float32")
+                        raise ValueError(_non_finite_message(dtype, vecs, i, a, b, model_path))
                     vectors[np.asarray(pos) + (a - start)] = arr
                     bar.update(len(pos))
         if count:

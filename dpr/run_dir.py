@@ -15,15 +15,25 @@ files (``data_fingerprints``), so another ``train_file=`` (or a re-prepared data
 is "other settings" too, whatever the file is called. Runs finished before fingerprints were recorded
 are compared on their settings only (logged): their data cannot be known any more, and refusing them
 would make every old run directory unusable.
+
+One run owns a run directory at a time (`lock_run_dir`, taken by each trainer's command before its
+checks): a second run into it is refused in one line naming the holder (pid, host, since when). The lock
+is a ``flock`` on ``<run dir>/.dpr-run.lock``, which the kernel drops when its holder dies, so the lock of
+a killed run is taken over by the next one; the file only says who holds it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import fcntl
 import json
 import logging
+import os
 import shutil
+import socket
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from dpr.atomic import atomic_path, sha256_file
 
@@ -31,6 +41,80 @@ log = logging.getLogger(__name__)
 
 SUMMARY = "train_summary.json"
 PENDING_HYDRA = ".hydra.pending"
+LOCK_FILE = ".dpr-run.lock"
+
+
+class RunDirBusyError(OSError):
+    """Another live run holds the run directory (str(): one line naming it); an expected failure, exit 2."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _holder(text: str) -> str:
+    try:
+        h = json.loads(text)
+        return f"pid {h['pid']} on {h['host']} since {h['since']} ({h['command']})"
+    except (ValueError, TypeError, KeyError):
+        return "a process that left no details"
+
+
+def _busy(run_dir: Path, path: Path) -> RunDirBusyError:
+    return RunDirBusyError(f"{run_dir} is in use by another run: {_holder(path.read_text(errors='replace'))}; "
+                           "wait for it to finish, or train into another output_dir=")
+
+
+def check_run_dir_free(run_dir: str | Path) -> None:
+    """Raise :class:`RunDirBusyError` if a live run holds ``run_dir``; creates and changes nothing. For a check
+    before Hydra starts (it writes its log and ``.hydra/`` into the run directory before any code of ours
+    runs); `lock_run_dir` still decides."""
+    run_dir = Path(run_dir)
+    path = run_dir / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file (or no directory): nobody holds it
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except BlockingIOError:
+        raise _busy(run_dir, path) from None
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def lock_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
+    """Hold ``run_dir`` for this run (creating it); raise :class:`RunDirBusyError` if another live run holds it.
+
+    Take it before the run directory's checks (`prepare_run_dir`), so that two runs cannot both find it free
+    of a finished run and then both write it. A dead holder's lock is free again (the kernel releases a
+    ``flock`` with its process) and is taken over, with a log line."""
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(f"output_dir {run_dir}: exists and is not a directory") from None
+    path = run_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _busy(run_dir, path) from None
+        previous = os.read(fd, 4096).decode(errors="replace")
+        if previous.strip():  # the file still names a holder: that process died without releasing it
+            log.warning("%s: taking over the lock left by %s, no longer running", run_dir, _holder(previous))
+        since = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since, "command": command})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, body.encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # released: the file names nobody (it stays: removing a locked file races)
+    finally:
+        os.close(fd)  # drops the flock
 # What a training run writes (removed on purpose by overwrite=true; .hydra/ and train.log are Hydra's).
 RUN_OUTPUTS = (SUMMARY, "biencoder.json", "question_encoder", "passage_encoder", "projection.safetensors",
                "metrics.jsonl", "validation.jsonl", "checkpoints")
@@ -121,14 +205,20 @@ def prepare_run_dir(run_dir: str | Path, conf: Mapping[str, Any], overwrite: boo
     return "overwritten"
 
 
-def commit_hydra_dir(run_dir: str | Path, pending: str = PENDING_HYDRA) -> None:
-    """Move Hydra's ``<run dir>/.hydra.pending/`` onto ``.hydra/`` (atomically; nothing if absent)."""
-    src = Path(run_dir) / pending
+def pending_hydra_name() -> str:
+    """This process's name for Hydra's pending ``.hydra/``: per process, so that a second run started into the
+    same directory (refused by the lock) never writes over, or discards, the first run's pending one."""
+    return f"{PENDING_HYDRA}.{os.getpid()}"
+
+
+def commit_hydra_dir(run_dir: str | Path, pending: str | None = None) -> None:
+    """Move Hydra's ``<run dir>/.hydra.pending.<pid>/`` onto ``.hydra/`` (atomically; nothing if absent)."""
+    src = Path(run_dir) / (pending or pending_hydra_name())
     if not src.is_dir():
         return
     with atomic_path(Path(run_dir) / ".hydra") as tmp:
         src.rename(tmp)
 
 
-def discard_hydra_dir(run_dir: str | Path, pending: str = PENDING_HYDRA) -> None:
-    shutil.rmtree(Path(run_dir) / pending, ignore_errors=True)
+def discard_hydra_dir(run_dir: str | Path, pending: str | None = None) -> None:
+    shutil.rmtree(Path(run_dir) / (pending or pending_hydra_name()), ignore_errors=True)

@@ -51,7 +51,7 @@ def test_changed_config_refused_and_finished_run_untouched(tiny_model_dir, tiny_
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-train")]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert "train.lr" in lines[0] and "overwrite=true" in lines[0] and "output_dir=" in lines[0]
-    assert _snapshot(out) == before and not (out / ".hydra.pending").exists()
+    assert _snapshot(out) == before and not list(out.glob(".hydra.pending*"))
 
     # a config that fails its checks leaves the finished run as it was too
     proc = subprocess.run(base + ["train.max_steps=0", "train.epochs=0"], env=_env(), capture_output=True,
@@ -125,7 +125,7 @@ def test_other_training_data_is_another_run(tiny_model_dir, tiny_data_dir, tmp_p
     proc = subprocess.run(base + [f"train_file={tmp_path / 'missing.json'}"], env=_env(), capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 2 and "missing.json" in proc.stderr, proc.stderr[-3000:]
-    assert _snapshot(out) == before and not (out / ".hydra.pending").exists()
+    assert _snapshot(out) == before and not list(out.glob(".hydra.pending*"))
 
     # the same data under another name is the same run
     same = tmp_path / "copy.json"
@@ -155,3 +155,112 @@ def test_runs_without_recorded_data_are_compared_on_settings(tmp_path, caplog):
     with pytest.raises(ValueError, match="dev data: sha256 None -> bbbbbbbbbbbb"):
         prepare_run_dir(out, conf, data={**data, "dev": "b" * 64})
     assert prepare_run_dir(out, conf, overwrite=True, data={**data, "train": "c" * 64}) == "overwritten"
+
+
+# --- one run per run directory (issue 46: two dpr-train into one output_dir both exited 0) ------------------
+
+def _wait_for(cond, proc: subprocess.Popen, timeout: float = 240.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert proc.poll() is None, proc.stderr.read()[-3000:] if proc.stderr else proc.returncode
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+def _holder_of(out: Path) -> str:
+    from dpr.run_dir import LOCK_FILE
+
+    f = out / LOCK_FILE
+    return f.read_text() if f.is_file() else ""
+
+
+def test_a_second_dpr_train_into_a_running_runs_directory_is_refused(tiny_model_dir, tiny_data_dir, tmp_path):
+    """Real processes: A trains; B into A's directory says who holds it (pid, host, since) and exits 2 without
+    touching it; A, killed, leaves a stale lock that C takes over (before: B replaced A silently, both exit 0)."""
+    import json
+    import socket
+
+    conf = tmp_path / "conf"
+    (conf / "data").mkdir(parents=True)
+    (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
+    out = tmp_path / "run"
+    base = _cmd(conf, tiny_data_dir, tiny_model_dir, out)
+    a = subprocess.Popen(base + ["train.max_steps=100000", "train.save_every=1"], env=_env(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: (out / "checkpoints").is_dir(), a)  # A holds the lock and is training
+        holder = json.loads(_holder_of(out))
+        assert holder["pid"] == a.pid and holder["host"] == socket.gethostname() and holder["command"] == "dpr-train"
+        hydra_before = (out / ".hydra" / "config.yaml").read_bytes()
+        b = subprocess.run(base, env=_env(), capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in b.stderr.splitlines() if ln.startswith("dpr-train")]
+        assert b.returncode == 2 and len(lines) == 1, b.stderr[-3000:]
+        assert f"is in use by another run: pid {a.pid} on {socket.gethostname()} since {holder['since']}" in lines[0]
+        assert "another output_dir=" in lines[0]
+        assert (out / ".hydra" / "config.yaml").read_bytes() == hydra_before
+        assert a.poll() is None and not list(out.glob(".hydra.pending*"))  # A goes on; B left nothing behind
+    finally:
+        a.kill()
+        a.wait(timeout=60)
+        a.stderr.close()
+    assert json.loads(_holder_of(out))["pid"] == a.pid  # a killed holder's details stay, its flock is gone
+    c = subprocess.run(base + ["overwrite=true"], env=_env(), capture_output=True, text=True, timeout=300)
+    assert c.returncode == 0, c.stderr[-3000:]
+    logged = c.stderr + (out / "train.log").read_text()
+    assert f"taking over the lock left by pid {a.pid}" in logged and (out / "train_summary.json").is_file()
+    assert _holder_of(out) == ""  # released on exit
+
+
+def _hold(run: Path, flag: Path) -> subprocess.Popen:
+    code = (f"import time; from pathlib import Path; from dpr.run_dir import lock_run_dir\n"
+            f"with lock_run_dir({str(run)!r}, 'holder'):\n"
+            f"    Path({str(flag)!r}).touch(); time.sleep(120)\n")
+    return subprocess.Popen([sys.executable, "-c", code], env=_env(), stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("cmd", [["dpr-rerank", "train"], ["dpr-reader", "train"], ["dpr-train"], ["dpr-pipeline"]])
+def test_every_trainer_takes_the_run_directory_lock(tiny_model_dir, tiny_data_dir, tmp_path, cmd):
+    run = tmp_path / "run"
+    holder = _hold(run, tmp_path / "held")
+    try:
+        _wait_for((tmp_path / "held").exists, holder)
+        before = sorted(p.name for p in run.iterdir())
+        args = [str(BIN / cmd[0]), *cmd[1:], "data=tiny", f"data_dir={tiny_data_dir}", f"output_dir={run}",
+                f"model.name={tiny_model_dir}" if cmd[0] in ("dpr-train", "dpr-pipeline") else f"model={tiny_model_dir}"]
+        conf = tmp_path / "conf"
+        (conf / "data").mkdir(parents=True)
+        (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
+        args += ["--config-dir", str(conf)]
+        proc = subprocess.run(args, env=_env(), capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(cmd[0])]
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+        assert f"{run} is in use by another run: pid {holder.pid}" in lines[0] and "(holder)" in lines[0]
+        assert sorted(p.name for p in run.iterdir()) == before
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+        holder.stderr.close()
+
+
+def test_lock_run_dir_unit(tmp_path, caplog):
+    import logging
+
+    from dpr.run_dir import LOCK_FILE, RunDirBusyError, lock_run_dir
+
+    run = tmp_path / "run"
+    with lock_run_dir(run, "first"):
+        assert '"command": "first"' in (run / LOCK_FILE).read_text()
+        # the same process again (another descriptor): flock is per open file, so this is refused too
+        with pytest.raises(RunDirBusyError, match=r"in use by another run: pid \d+ on .* since .* \(first\)"):
+            with lock_run_dir(run, "second"):
+                pass
+    assert (run / LOCK_FILE).read_text() == ""
+    (run / LOCK_FILE).write_text('{"pid": 99999999, "host": "h", "since": "then", "command": "dead"}')
+    with caplog.at_level(logging.WARNING, logger="dpr.run_dir"), lock_run_dir(run, "third"):
+        assert "taking over the lock left by pid 99999999 on h since then (dead)" in caplog.text
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    with pytest.raises(NotADirectoryError, match="exists and is not a directory"):
+        with lock_run_dir(f, "x"):
+            pass
+    assert f.read_text() == "x"

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from tqdm import tqdm
 
-from dpr.atomic import atomic_path, write_json_atomic
+from dpr.atomic import atomic_path, check_replaceable, write_json_atomic
 from dpr.bm25.config import METHOD, BM25Config
 from dpr.bm25.weights import bm25_csc, pack_tokens
 from dpr.checks import MAX_K1, check_float
@@ -167,12 +167,17 @@ def index_key(passages_path: str | Path, params: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _is_index(index_dir: Path) -> bool:
+    return (index_dir / META_FILE).is_file()
+
+
 def save_index(index: BM25Index, index_dir: str | Path) -> Path:
     """Write the index to ``index_dir`` (aside, then renamed: a crash never leaves half an index)."""
     bm25s = _bm25s()
 
     index_dir = Path(index_dir)
-    with atomic_path(index_dir) as tmp:
+    # only an index (its meta file) is replaced: index_dir= naming the user's directory is refused
+    with atomic_path(index_dir, owned=_is_index) as tmp:
         tmp.mkdir(parents=True)
         index.retriever.save(tmp, show_progress=False)
         index.tokenizer.save_vocab(tmp)
@@ -223,6 +228,7 @@ def get_or_build_index(passages_path: str | Path, index_dir: str | Path, **param
             log.info("reusing BM25 index %s", index_dir)
             return load_index(index_dir)
         log.info("BM25 index %s is stale (other passages or parameters): rebuilding", index_dir)
+    check_replaceable(index_dir, directory=True, owned=_is_index)  # before the build, not after it
     index = build_index(passages_path, **{k: v for k, v in params.items() if k != "method"})
     index.meta["key"] = key
     save_index(index, index_dir)

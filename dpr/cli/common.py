@@ -3,6 +3,7 @@ how paths given on the command line are read (relative to where the user ran the
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import functools
@@ -18,6 +19,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from dpr.atomic import check_replaceable
 from dpr.errors import DataError
 
 from dpr.resources import CONF_DIR  # noqa: E402  conf/ of the source tree, or the copy a wheel ships
@@ -31,7 +33,11 @@ PATH_ENV_VARS = ("DPR_DATA_MIRROR", "DPR_DATA_CACHE")
 # Config keys (dotted) holding paths that are resolved the same way before the command runs.
 PATH_KEYS = ("data_dir", "output_dir", "data.mirror_dir", "data.cache_dir", "passages", "output", "embeddings",
              "model_path", "index_path", "qa", "queries", "qrels", "bm25", "dense", "bm25_dev", "dense_dev",
-             "qrels_dev")
+             "qrels_dev", "index_dir")
+# Config keys (dotted) naming a model to load, in any command: each is checked by `check_model_path` before the
+# command runs, so a missing local directory is named as such (Hugging Face would call it a malformed repo id).
+MODEL_KEYS = ("model_path", "model.name", "rerank.model", "reader_cfg.model", "reader_model",
+              "teacher_cfg.rerank.model")
 # Expected failures: one line, exit 2. Anything else is a bug: one line + the traceback in a log file.
 # OSError covers missing/unwritable paths, full disks and models that cannot be found or loaded.
 # OmegaConf errors: a config problem (a missing mandatory value, an interpolation that cannot resolve).
@@ -114,6 +120,18 @@ def check_writable(path: str | os.PathLike, what: str = "output") -> Path:
     return p
 
 
+def check_output_dir(path: str | os.PathLike, what: str = "output_dir") -> Path:
+    """`check_writable`, and ``path`` is a directory if it exists: a file or a symlink that cannot be followed
+    (a loop, a missing target) there would otherwise fail later as a bare "[Errno 17] File exists"."""
+    p = check_writable(path, what)
+    if os.path.lexists(p) and not p.is_dir():
+        if p.is_symlink():
+            raise NotADirectoryError(f"{what} {p}: a symlink that does not lead to a directory (a loop or a "
+                                     "missing target); give a directory")
+        raise NotADirectoryError(f"{what} {p}: exists and is not a directory; give a directory")
+    return p
+
+
 def check_safetensors_file(path: Path) -> None:
     """DataError naming ``path`` if it is not a whole safetensors file (reads the header only): a truncated
     or corrupted file would otherwise fail deep inside the loader without naming itself."""
@@ -154,6 +172,16 @@ def check_model_path(model_path: str) -> None:
     looks_local = value.startswith((".", "/", "~")) or value.count("/") > 1 or os.sep != "/" and os.sep in value
     if looks_local:
         raise FileNotFoundError(f"model not found: {value} (no such directory)")
+
+
+def lock_run_dir_of_rank0(run_dir: str | os.PathLike, command: str) -> contextlib.AbstractContextManager:
+    """`dpr.run_dir.lock_run_dir` in the process that owns the run directory (rank 0 under torchrun; the other
+    ranks write nothing there), a no-op elsewhere."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return contextlib.nullcontext()
+    from dpr.run_dir import lock_run_dir
+
+    return lock_run_dir(run_dir, command)
 
 
 def error_log_dir() -> Path:
@@ -205,15 +233,19 @@ def describe_expected(err: BaseException) -> str:
     return text
 
 
-def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | None = None) -> Callable:
+def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | None = None,
+                  file_outputs: tuple[str, ...] = ()) -> Callable:
     """Every failure as one line on stderr and a non-zero exit, never a traceback.
 
     Expected failures (bad input, missing files, bad values) → ``<command>: error: ...``, exit 2.
     Ctrl-C → ``<command>: interrupted``, exit 130. Anything else is a bug → one line naming the
     exception and a log file holding the traceback, exit 1. Before the command runs, relative paths
     in the environment and the config are made absolute against the launch directory, the config is
-    type-checked against ``dpr.cli.schemas.SCHEMAS[schema]``, and the config keys named in
-    ``outputs`` (where the command writes) are checked writable.
+    type-checked against ``dpr.cli.schemas.SCHEMAS[schema]``, every model key (``MODEL_KEYS``) that names a
+    local path is checked to exist (`check_model_path`), and the config keys named in
+    ``outputs`` (directories the command writes in) are checked writable and not a file; those in
+    ``file_outputs`` (where it writes one file) writable and not an existing directory (`dpr.atomic.check_replaceable`: nothing the user owns
+    is replaced).
     """
 
     def wrap(fn: Callable) -> Callable:
@@ -228,10 +260,24 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
 
                             check_config(a, SCHEMAS[schema])
                         absolutize_cfg(a)
-                        for key in outputs:
+                        for key in MODEL_KEYS:
+                            try:
+                                value = OmegaConf.select(a, key, default=None, throw_on_missing=False)
+                            except OmegaConfBaseException:  # an interpolation that cannot resolve: the command's
+                                continue
+                            if isinstance(value, str) and value:
+                                try:
+                                    check_model_path(value)
+                                except FileNotFoundError as err:
+                                    raise FileNotFoundError(f"{key}: {err}") from None
+                        for key in (*outputs, *file_outputs):
                             value = OmegaConf.select(a, key, default=None)
                             if isinstance(value, str) and value:
-                                check_writable(value, key)
+                                if key in file_outputs:
+                                    check_writable(value, key)
+                                    check_replaceable(user_path(value), directory=False)
+                                else:
+                                    check_output_dir(value, key)
                 return fn(*args, **kwargs)
             except EXPECTED as err:
                 print(f"{command}: error: {describe_expected(err)}", file=sys.stderr)

@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv, refuse_moved
-from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
+from dpr.cli.common import CONF_DIR, lock_run_dir_of_rank0, quiet_interrupt, report_errors
 from dpr.bm25.config import register_schema as register_bm25_schema
 from dpr.encode_config import register_schema as register_encode_schema
 from dpr.eval.config import register_schema as register_eval_schema
@@ -55,7 +55,8 @@ def teacher_overrides(argv: list[str]) -> list[str]:
 def _run(cfg: DictConfig) -> None:
     from dpr.pipeline import run_pipeline  # heavy imports only once the config is valid
 
-    run_pipeline(cfg)
+    with lock_run_dir_of_rank0(cfg.output_dir, "dpr-pipeline"):  # one pipeline per output_dir (dpr.run_dir)
+        run_pipeline(cfg)
 
 
 @quiet_interrupt("dpr-pipeline")  # Hydra's composition errors (an unknown key) as one line too

@@ -15,7 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv, split_argv
-from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
+from dpr.cli.common import CONF_DIR, lock_run_dir_of_rank0, quiet_interrupt, report_errors
 from dpr.reader.config import register_schema
 
 register_schema()  # reader_cfg/default: the reader's settings (ReaderConfig), selected by conf/reader.yaml
@@ -26,7 +26,7 @@ _command: list[str] = []
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="reader")
-@report_errors("dpr-reader", schema="reader")
+@report_errors("dpr-reader", outputs=("output_dir",), file_outputs=("output",), schema="reader")
 def _run(cfg: DictConfig) -> None:
     from dpr.data.dataset import DatasetPaths
 
@@ -36,7 +36,8 @@ def _run(cfg: DictConfig) -> None:
 
         if not ds.train.is_file():
             raise FileNotFoundError(f"{ds.train}: no training file (prepare the dataset with dpr-data first)")
-        summary = train_reader(cfg.reader_cfg, ds.train, cfg.output_dir, overwrite=bool(cfg.get("overwrite", False)))
+        with lock_run_dir_of_rank0(cfg.output_dir, "dpr-reader train"):  # a second run into it: refused, exit 2
+            summary = train_reader(cfg.reader_cfg, ds.train, cfg.output_dir, overwrite=bool(cfg.get("overwrite", False)))
         log.info("reader: %s (%d steps, %.0f s); data %s", summary["model_dir"], summary["steps"],
                  summary["seconds"], summary["data"])
         return

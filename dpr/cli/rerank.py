@@ -17,7 +17,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from dpr.cli.argv import hydra_argv
-from dpr.cli.common import CONF_DIR, quiet_interrupt, report_errors
+from dpr.cli.common import CONF_DIR, lock_run_dir_of_rank0, quiet_interrupt, report_errors
 from dpr.rerank.config import register_schema
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,9 @@ def _train(cfg: DictConfig) -> None:
 
         dev = read_results(cfg.dev_results)
         qrels = _dev_qrels(dev, qrels_source)
-    summary = train_cross_encoder(rcfg, train, cfg.output_dir, dev=dev, dev_qrels=qrels,
-                                  overwrite=bool(cfg.overwrite))
+    with lock_run_dir_of_rank0(cfg.output_dir, "dpr-rerank train"):  # a second run into it: refused, exit 2
+        summary = train_cross_encoder(rcfg, train, cfg.output_dir, dev=dev, dev_qrels=qrels,
+                                      overwrite=bool(cfg.overwrite))
     log.info("cross-encoder: %s (%d steps, %.0f s); best %s", summary["model_dir"], summary["steps"],
              summary["seconds"], json.dumps(summary["best"]) if summary["best"] else "-")
 
@@ -131,7 +132,7 @@ def _teacher_scores(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="rerank")
-@report_errors("dpr-rerank", outputs=("output_dir", "output"))
+@report_errors("dpr-rerank", outputs=("output_dir",), file_outputs=("output",))
 def _run(cfg: DictConfig) -> None:
     OmegaConf.resolve(cfg)
     {"train": _train, "score": _score, "teacher-scores": _teacher_scores}[_command[0]](cfg)

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dpr.bm25.config import register_schema as register_bm25_schema
 from dpr.cli.argv import hydra_argv, refuse_moved, shows_only
-from dpr.cli.common import CONF_DIR, check_writable, quiet_interrupt, report_errors
+from dpr.cli.common import CONF_DIR, check_output_dir, lock_run_dir_of_rank0, quiet_interrupt, report_errors
 from dpr.negatives.config import moved_from_train
 from dpr.training.config import register_schema
 from dpr.trainkit.config_dict import plain
@@ -103,18 +103,23 @@ def check_steps(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
-@report_errors("dpr-train")
 def _run(cfg: DictConfig) -> None:
     from dpr import run_dir
 
-    hc = HydraConfig.get()
     # In a sweep each job's own directory (sweep dir / subdir) is its output_dir.
-    out = hc.runtime.output_dir
+    out = HydraConfig.get().runtime.output_dir
     try:
+        _locked_run(cfg, out)
+    finally:  # refused (also by report_errors' own checks) or failed: this run's pending .hydra/ goes, the
+        run_dir.discard_hydra_dir(out)  # finished run's stays (once committed, nothing pending is left)
+
+
+@report_errors("dpr-train")
+def _locked_run(cfg: DictConfig, out: str) -> None:
+    # rank 0 owns the run directory (the other ranks write nothing there); a second run into it stops here
+    with lock_run_dir_of_rank0(out, "dpr-train"):
         _checked_start(cfg, out)
-    finally:  # refused or failed before training: the finished run's .hydra/ stays as it was
-        run_dir.discard_hydra_dir(out)
-    _train(cfg, hc, out)
+        _train(cfg, HydraConfig.get(), out)
 
 
 def _checked_start(cfg: DictConfig, out: str) -> None:
@@ -175,9 +180,9 @@ def _quiet_nonzero_rank(argv: list[str]) -> list[str]:
     checks pass (`dpr.run_dir`), unless the user chose ``hydra.output_subdir`` themselves.
     """
     if int(os.environ.get("RANK", "0")) == 0:
-        from dpr.run_dir import PENDING_HYDRA
+        from dpr.run_dir import pending_hydra_name
 
-        return hydra_argv(argv, {"hydra.output_subdir": PENDING_HYDRA})
+        return hydra_argv(argv, {"hydra.output_subdir": pending_hydra_name()})
     return hydra_argv(argv, {"hydra.run.dir": ".", "hydra.output_subdir": "null", "hydra/job_logging": "stdout"})
 
 
@@ -188,7 +193,11 @@ def _check_output_dir(argv: list[str]) -> None:
              and "=" in a]
     target = given[-1] if given and "${" not in given[-1] else "runs/train"
     try:
-        check_writable(target, "output_dir")
+        check_output_dir(target, "output_dir")
+        if given and "${" not in given[-1]:  # a running run's directory: refused before Hydra writes its log there
+            from dpr.run_dir import check_run_dir_free
+
+            check_run_dir_free(target)
     except OSError as err:
         print(f"dpr-train: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -42,6 +42,9 @@ def validate_result(path: str | Path, res: object, i: int) -> dict:
         ctx["title"] = get_str(path, c, "title", where, nonempty=False, field=f"{f}.title")
         ctx["text"] = get_str(path, c, "text", where, nonempty=False, field=f"{f}.text")
         ctx["score"] = _number(path, c, "score", where, f"{f}.score")
+        if not math.isfinite(ctx["score"]):  # NaN compares false with everything: it would corrupt the ranking
+            raise DataError(path, f"score {ctx['score']!r} is not a finite number (question {out['question']!r}, "
+                            f"passage {ctx['id']!r})", line=where, field=f"{f}.score")
         if "has_answer" in c:
             # numpy's bool_ is accepted (and stored as a plain bool) since writers often pass one
             if type(c["has_answer"]).__name__ not in ("bool", "bool_"):
@@ -96,8 +99,9 @@ def read_trec_run(path: str | Path) -> dict[str, dict[str, float]]:
             value = float(score)
         except ValueError:
             raise DataError(path, f"not a number: {score!r}", line=lineno, field="score") from None
-        if math.isnan(value):
-            raise DataError(path, "NaN score", line=lineno, field="score")
+        if not math.isfinite(value):
+            raise DataError(path, f"score {value!r} is not a finite number (query {qid!r}, document {docid!r})",
+                            line=lineno, field="score")
         docs = run.setdefault(qid, {})
         if docid in docs:
             raise DataError(path, f"document {docid!r} listed twice for query {qid!r}", line=lineno, field="docid")

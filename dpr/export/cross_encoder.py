@@ -14,8 +14,9 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpr.atomic import atomic_path
+from dpr.atomic import atomic_path, check_replaceable
 from dpr.errors import DataError
+from dpr.export.marker import owned_by, write_marker
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,13 @@ def export_cross_encoder(ce_dir: str | Path, output: str | Path, *, model_name: 
         raise DataError(output, "exists and is not a directory", field="output")
     if Path(ce_dir).resolve().is_relative_to(output.resolve()):
         raise DataError(output, f"would replace the cross-encoder directory {ce_dir} it exports", field="output")
+    owned = owned_by(ce_dir)  # an export of this cross-encoder (again) may be replaced; anything else is refused
+    check_replaceable(output, directory=True, owned=owned)
     st, settings = build_cross_encoder_st(ce_dir)
     name = model_name or f"dpr-cross-encoder-{output.name}"
-    with atomic_path(output) as tmp:
+    with atomic_path(output, owned=owned) as tmp:
         st.save(str(tmp), create_model_card=False)
+        write_marker(tmp, ce_dir, "cross-encoder")
         (tmp / "README.md").write_text(_card(resolve_dir(ce_dir), settings, name), encoding="utf-8")
     log.info("exported cross-encoder %s as sentence-transformers to %s", ce_dir, output)
     return output

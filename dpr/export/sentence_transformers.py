@@ -27,8 +27,9 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
-from dpr.atomic import atomic_path
+from dpr.atomic import atomic_path, check_replaceable
 from dpr.errors import DataError
+from dpr.export.marker import owned_by, write_marker
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +104,12 @@ def export_sentence_transformers(run_dir: str | Path, output: str | Path, *,
     if Path(run_dir).resolve().is_relative_to(output.resolve()):
         # the export replaces output as a whole: never over the run it is made from
         raise DataError(output, f"would replace the run directory {run_dir} it exports", field="output")
+    owned = owned_by(run_dir)  # an export of this run (again) may be replaced; anything else is refused first
+    check_replaceable(output, directory=True, owned=owned)
     st = build_sentence_transformer(run_dir, prompts=prompts)
-    with atomic_path(output) as tmp:
+    with atomic_path(output, owned=owned) as tmp:
         st.save(str(tmp), create_model_card=False)
+        write_marker(tmp, run_dir, "sentence-transformers")
         if card:
             from dpr.model_card import write_model_card
 

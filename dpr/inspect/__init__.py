@@ -128,6 +128,11 @@ def _pct(x: float) -> str:
 def warnings_of(report: Mapping[str, Any], st: _Settings) -> list[str]:
     """The findings above their thresholds, one line each."""
     ic, c, out = st.inspect, report["counts"], []
+    empty = [what for what, n in (("training questions", c["questions"]["train"]), ("passages", c["passages"]))
+             if n == 0]
+    if empty:  # every share below is of nothing, so no other warning could ever fire
+        out.append(f"WARNING: the dataset has no {' and no '.join(empty)}: there is nothing to train on "
+                   "(prepare it again from a file that holds records)")
     if st.hard_negatives > 0 and c["share_without_negatives"] > ic.no_negatives_max:
         out.append(f"WARNING: {_pct(c['share_without_negatives'])} of the training questions have no negative "
                    f"(train.hard_negatives={st.hard_negatives}; threshold {_pct(ic.no_negatives_max)}): "

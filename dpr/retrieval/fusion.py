@@ -219,6 +219,15 @@ def _write(output: str | Path | None, fused: Results | Run, tag: str) -> None:
 
 # --------------------------------------------------------------------------------------------- fusion
 
+def _check_finite(ranked: Sequence[tuple[str, float]], which: str, question: str | None = None) -> None:
+    """A NaN or infinite input score is refused: min-max over it is NaN, and ``nan > nan`` is false, so the
+    question's whole first-stage term would silently become 0 (a ranking by the other list alone)."""
+    for pid, score in ranked:
+        if not math.isfinite(score):
+            about = f"question {question!r}, " if question is not None else ""
+            raise ValueError(f"{which} score {score!r} is not a finite number ({about}passage {pid!r})")
+
+
 def fuse_ranked(bm25_ranked: Sequence[tuple[str, float]], dense_ranked: Sequence[tuple[str, float]], k: int, *,
                 weight: float | None = None, k_rrf: float | None = None,
                 normalize: str = "minmax") -> list[tuple[str, float]]:
@@ -227,6 +236,8 @@ def fuse_ranked(bm25_ranked: Sequence[tuple[str, float]], dense_ranked: Sequence
     behind the file functions below and `dpr.retrieval.HybridRetriever`."""
     how = _check_how(weight, k_rrf, normalize)
     k = check_int("k", k, 1, MAX_K)
+    _check_finite(bm25_ranked, "BM25")
+    _check_finite(dense_ranked, "dense")
     cand = _Candidates(bm25_ranked, dense_ranked, how.get("normalize", "none"))
     scores = cand.rrf(how["k_rrf"]) if "k_rrf" in how else cand.linear(how["weight"])
     if not np.isfinite(scores).all():  # only raw (normalize=none) scores can get here: one not finite
@@ -239,10 +250,15 @@ def _fuse(bm25: Source, dense: Source, k: int, **how: Any) -> Results | Run:
     k = check_int("k", k, 1, MAX_K)  # before the inputs are read
     b, d = _pair_inputs(bm25, dense)
     if _is_run(b):
+        for qid in dict.fromkeys(list(d) + list(b)):  # in-memory runs were not checked by a reader
+            _check_finite(_ranked_run(b.get(qid, {})), "BM25", qid)
+            _check_finite(_ranked_run(d.get(qid, {})), "dense", qid)
         return {qid: dict(fuse_ranked(_ranked_run(b.get(qid, {})), _ranked_run(d.get(qid, {})), k, **how))
                 for qid in dict.fromkeys(list(d) + list(b))}
     fused: Results = []
     for br, dr in _aligned(b, d):
+        _check_finite(_ranked_ctxs(br), "BM25", br["question"])
+        _check_finite(_ranked_ctxs(dr), "dense", dr["question"])
         ctx_by_id = {str(c["id"]): c for c in br.get("ctxs", [])}
         ctx_by_id.update({str(c["id"]): c for c in dr.get("ctxs", [])})
         top = fuse_ranked(_ranked_ctxs(br), _ranked_ctxs(dr), k, **how)
@@ -314,12 +330,16 @@ def tune_linear_weight(bm25_dev: Source, dense_dev: Source, grid: Sequence[float
             relevant = {doc for doc, rel in judged.items() if rel > 0}
             if not relevant:
                 continue
+            _check_finite(_ranked_run(b.get(qid, {})), "BM25", qid)
+            _check_finite(_ranked_run(d.get(qid, {})), "dense", qid)
             cand = _Candidates(_ranked_run(b.get(qid, {})), _ranked_run(d.get(qid, {})), normalize)
             flags = np.array([p in relevant for p in cand.ids], dtype=np.float64) / len(relevant)
             per_question.append((cand, flags))
     else:
         name = f"mrr@{metric_k}" if mrr else f"top{metric_k}"
         for br, dr in _aligned(b, d):
+            _check_finite(_ranked_ctxs(br), "BM25", br["question"])
+            _check_finite(_ranked_ctxs(dr), "dense", dr["question"])
             cand = _Candidates(_ranked_ctxs(br), _ranked_ctxs(dr), normalize)
             hit = {str(c["id"]) for c in [*br.get("ctxs", []), *dr.get("ctxs", [])] if c.get("has_answer")}
             per_question.append((cand, np.array([p in hit for p in cand.ids], dtype=np.float64)))

@@ -411,8 +411,9 @@ def test_nested_writer_of_the_same_path_keeps_the_outer_temp(tmp_path):
     with atomic_path(out) as outer:
         outer.mkdir()
         (outer / "a").write_text("outer")
-        with atomic_path(out) as inner:
-            inner.write_text("inner")
+        with atomic_path(out) as inner:  # a directory of the same layout (a directory never replaces a file)
+            inner.mkdir()
+            (inner / "a").write_text("inner")
         assert (outer / "a").read_text() == "outer"  # not removed as a "stale" temp
     assert (out / "a").read_text() == "outer"
 

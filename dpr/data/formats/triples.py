@@ -76,10 +76,14 @@ def read(path: str | Path, col: Collector, split: str = "train", corpus: Mapping
     """Add every triple of ``path`` to ``col``; with ``corpus`` (the collection, already in ``col``) the
     positive and negative fields are its ids, with ``queries`` the query field is a query id."""
     path = Path(path)
+    first_row, worded = None, False  # without a corpus: does any passage field hold more than one word?
     for lineno, line in iter_lines(path):
         if not line.strip():
             continue
         parts = line.split("\t")
+        if corpus is None:
+            first_row = first_row or (lineno, parts)
+            worded = worded or any(len(p.split()) > 1 for p in parts[1:])
         if len(parts) != 3:
             raise DataError(path, f"expected 3 tab-separated fields (query, positive, negative), got {len(parts)}",
                             line=lineno, field=FIELDS[min(len(parts), 3) - 1])
@@ -102,6 +106,13 @@ def read(path: str | Path, col: Collector, split: str = "train", corpus: Mapping
                 raise DataError(path, f"query id {qid!r} is not in the queries file", line=lineno, field="query")
             query = queries[qid]
         col.add(path, lineno, query, ids[:1], ids[1:], split=split, query_id=qid)
+    if first_row is not None and not worded:
+        # MS MARCO's id triples (qid, pid, pid) read as text would train on passages whose text is their id
+        lineno, parts = first_row
+        raise DataError(path, f"no passage has more than one word (line {lineno}: {parts[1].strip()!r}, "
+                        f"{parts[2].strip()!r}): these look like id triples; pass data.corpus=<collection TSV: "
+                        "pid TAB text> (and data.queries=<qid TAB query> if the queries are ids too)",
+                        line=lineno, field="positive")
 
 
 def write(path: str | Path, examples: Iterable[Mapping], scores: Mapping[str, Mapping[str, float]]) -> dict:

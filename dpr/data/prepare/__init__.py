@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dpr.atomic import atomic_path, sha256_file, write_json_atomic
+from dpr.atomic import atomic_path, check_replaceable, sha256_file, write_json_atomic
 from dpr.data.dataset import DatasetPaths
 from dpr.data.prepare import beir, import_, nfcorpus, nq_open_dev, sciq_open, squad1_open
 from dpr.data.sources import DEFAULT_CACHE_DIR, default_mirror_dir, fetch, load_registry
@@ -51,6 +51,25 @@ def _fingerprint(name: str, recipe_name: str, recipe: ModuleType, rcfg: dict, re
         "config": rcfg,
         "sources": sources,
     }
+
+
+def check_dataset_name(name: str) -> None:
+    """A dataset name is one path component: ``<data_dir>/<name>`` is replaced as a whole, so ``../x``,
+    ``a/b`` or an absolute path would point that replacement at a directory outside ``data_dir``."""
+    bad = name in (".", "..") or "/" in name or "\\" in name or "\0" in name or name != name.strip()
+    if bad:
+        raise DataError("data config", f"{name!r} is not a dataset name: give one word (letters, digits, '-', "
+                        "'_', '.'), not a path; the dataset goes to <data_dir>/<name>", field="name")
+
+
+def is_prepared_dataset(root: Path) -> bool:
+    """``root`` holds a dataset `prepare_dataset` wrote (its ``meta.json`` with recipe and outputs), the only
+    kind of directory preparing into ``<data_dir>/<name>`` may replace."""
+    try:
+        meta = DatasetPaths(root).read_meta()
+    except (DataError, OSError):
+        return False
+    return isinstance(meta, dict) and "recipe" in meta and isinstance(meta.get("outputs"), dict)
 
 
 # Files later stages legitimately rewrite in place: `dpr-bm25 mine=true` adds hard negatives to the
@@ -100,6 +119,7 @@ def prepare_dataset(
     name = cfg.get("name")
     if not isinstance(name, str) or not name:
         raise DataError("data config", "missing", field="name")
+    check_dataset_name(name)
     recipe_name = cfg.get("recipe") or name
     if recipe_name not in RECIPES:
         raise DataError("data config", f"unknown recipe {recipe_name!r} (known: {', '.join(RECIPES)})", field="recipe")
@@ -121,8 +141,9 @@ def prepare_dataset(
     mirror = mirror_dir or (cfg.get("mirror_dir") if "mirror_dir" in cfg else default_mirror_dir())
     cache = cache_dir or cfg.get("cache_dir") or DEFAULT_CACHE_DIR
     log.info("%s: preparing into %s (sources from %s)", name, root, f"mirror {mirror}" if mirror else f"download cache {cache}")
+    check_replaceable(root, directory=True, owned=is_prepared_dataset)  # before any source is read
     files = {role: fetch(src, mirror, cache, registry) for role, src in recipe.SOURCES.items()} | local
-    with atomic_path(root) as tmp:
+    with atomic_path(root, owned=is_prepared_dataset) as tmp:
         tmp.mkdir(parents=True)
         result = recipe.build(rcfg, files, tmp)
         outputs = {

@@ -116,6 +116,9 @@ def carve_dev(col: Collector, seed: int, dev_fraction: float, split: str = "dev"
 
 def build(cfg: dict, files: dict[str, Path], out: Path) -> dict:
     col = collect(cfg["format"], files)
+    if not col.questions:  # an empty file would make a dataset of nothing that later steps take for data
+        raise DataError(files["train"], f"no records to import (the file is empty, or holds only blank lines); "
+                        f"check data.path=", field="path")
     notes = [f"imported from {cfg['format']} ({files['train']}); qrels data: positives are the judgements, "
              "the format's negatives are hard_negative_ctxs; no test split"]
     if "dev" not in files:
