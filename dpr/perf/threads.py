@@ -13,7 +13,8 @@ with one thread): waiting threads that spin steal the very core the other thread
   sets ``torch.set_num_threads`` to the cores this process may run on (``os.sched_getaffinity``) divided by
   the processes that share them: the ``torchrun`` ranks on this node (``LOCAL_WORLD_SIZE``) times the jobs
   a Hydra sweep runs side by side (its launcher's ``n_jobs``; Hydra's default launcher runs them one after
-  another). An explicit ``threads=N`` key wins. ``OMP_NUM_THREADS`` is not read: torchrun sets it to 1 for
+  another). An explicit ``threads=N`` wins: on every command line (``dpr.cli.argv.hydra_argv`` passes it as
+  ``++threads=N``, in no command's config), popped from the config before the command's schema sees it. ``OMP_NUM_THREADS`` is not read: torchrun sets it to 1 for
   every rank whatever the cores.
 """
 

@@ -36,6 +36,12 @@ def test_share_rule(cores, env, launcher, explicit, want):
     assert share.source == ("threads key" if explicit else "share")
 
 
+def test_threads_key_on_every_command_line():
+    from dpr.cli.argv import hydra_argv
+
+    assert hydra_argv(["dpr-x", "threads=2", "k=3", "-m"]) == ["dpr-x", "++threads=2", "k=3", "-m"]
+
+
 def test_joblib_negative_counts():
     assert sweep_parallel_jobs({"n_jobs": -1}, 8) == 8
     assert sweep_parallel_jobs({"n_jobs": -2}, 8) == 7
@@ -115,10 +121,11 @@ def test_sweep_jobs_under_hydra(tmp_path):
     plugin.mkdir(parents=True)
     (plugin / "__init__.py").write_text(_LAUNCHER)
     (tmp_path / "conf").mkdir()
-    (tmp_path / "conf" / "c.yaml").write_text("x: 0\nthreads: null\n")
+    (tmp_path / "conf" / "c.yaml").write_text("x: 0\n")  # threads: in no config (hydra_argv adds it)
     app = tmp_path / "app.py"
     app.write_text(f"""
-import json, hydra, torch
+import json, sys, hydra, torch
+from dpr.cli.argv import hydra_argv
 from dpr.cli.common import report_errors
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="c")
@@ -126,6 +133,7 @@ from dpr.cli.common import report_errors
 def main(cfg):
     print("JOB", json.dumps({{"x": cfg.x, "torch": torch.get_num_threads(), "has_key": "threads" in cfg}}))
 
+sys.argv = hydra_argv(sys.argv)  # as every dpr command does
 main()
 """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path / "plugins")])}
