@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -138,9 +139,8 @@ def configure_threads(cfg: Any = None) -> ThreadShare:
     if torch.get_num_threads() != share.threads:
         torch.set_num_threads(share.threads)
     log.debug("torch threads %d (%s: %d cores, %d sharing)", share.threads, share.source, share.cores, share.sharers)
-    import dpr
-
-    if dpr.OMP_WAIT_POLICY_TOO_LATE and not _warned_wait_policy:
+    too_late = getattr(sys.modules.get("dpr"), "OMP_WAIT_POLICY_TOO_LATE", False)  # set by dpr/__init__.py
+    if too_late and not _warned_wait_policy:
         _warned_wait_policy = True  # torch loaded OpenMP before dpr set the policy: say it once
         log.info("%s is not set: OpenMP threads spin while they wait (slow beside other busy processes); "
                  "import dpr before torch or set %s=PASSIVE before starting Python", WAIT_POLICY_ENV, WAIT_POLICY_ENV)
