@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rerank-pairs", type=int, default=4000)
     ap.add_argument("--rerank-batch-size", type=int, default=32, help="cross-encoder training batch (questions)")
     ap.add_argument("--stages", default="train,encode,rerank")
+    ap.add_argument("--quick", action="store_true", help="fp32 rows only and a small matmul peak (the CPU rehearsal)")
     ap.add_argument("--sample-s", type=float, default=0.5, help="utilisation sampling period")
     ap.add_argument("--out-dir", type=Path, default=None, help="the stages' reports and logs (default: beside --json)")
     ap.add_argument("--json", type=Path, required=True)
@@ -171,6 +172,11 @@ def main(argv: list[str] | None = None) -> dict:
                    "--steps", str(max(2, args.steps // 2)), "--train-batch-size", str(args.rerank_batch_size),
                    "--repeats", "3"],
     }
+    if args.quick:
+        quick = ["--peak-n", "256"]
+        stages["train"] += [*quick, "--no-bf16"]
+        stages["encode"] += [*quick, "--no-bf16"]
+        stages["rerank"] += [*quick, "--precision", "fp32", "--repeats", "1"]
     wanted = [s for s in args.stages.split(",") if s]
     unknown = sorted(set(wanted) - set(stages))
     if unknown:
