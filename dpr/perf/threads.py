@@ -10,7 +10,8 @@ with one thread): waiting threads that spin steal the very core the other thread
   cannot live here: ``dpr.perf`` imports torch). A program that imported torch before dpr keeps OpenMP's
   default; :func:`configure_threads` says so once.
 - `configure_threads` (once per process, at the start of every command: ``dpr.cli.common.report_errors``)
-  sets ``torch.set_num_threads`` to the cores this process may run on (``os.sched_getaffinity``) divided by
+  sets ``torch.set_num_threads`` to the physical cores this process may run on (``os.sched_getaffinity``,
+  hyperthread siblings counted once, as torch's own default counts) divided by
   the processes that share them: the ``torchrun`` ranks on this node (``LOCAL_WORLD_SIZE``) times the jobs
   a Hydra sweep runs side by side (its launcher's ``n_jobs``; Hydra's default launcher runs them one after
   another). An explicit ``threads=N`` wins: on every command line (``dpr.cli.argv.hydra_argv`` passes it as
@@ -23,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -42,12 +44,21 @@ class ThreadShare:
     source: str      # "threads key" or "share"
 
 
-def available_cores() -> int:
-    """Cores this process may run on (its CPU affinity, as taskset / cgroups cpusets set it)."""
+def available_cores(sys_cpu: str = "/sys/devices/system/cpu") -> int:
+    """Physical cores this process may run on: its CPU affinity (taskset, cgroup cpusets), hyperthread siblings
+    counted once (torch's own default is the physical cores; two threads on one core's siblings only contend)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # macOS, Windows: no affinity API
         return max(1, os.cpu_count() or 1)
+    cores = set()
+    for cpu in cpus:
+        topo = Path(sys_cpu) / f"cpu{cpu}" / "topology"
+        try:
+            cores.add(((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip()))
+        except OSError:  # no sysfs topology (some containers): every logical CPU counts
+            cores.add(("cpu", str(cpu)))
+    return max(1, len(cores))
 
 
 def _positive_int(value: Any, what: str) -> int | None:

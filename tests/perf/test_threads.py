@@ -42,6 +42,22 @@ def test_threads_key_on_every_command_line():
     assert hydra_argv(["dpr-x", "threads=2", "k=3", "-m"]) == ["dpr-x", "++threads=2", "k=3", "-m"]
 
 
+def test_hyperthread_siblings_count_once(tmp_path, monkeypatch):
+    from dpr.perf.threads import available_cores
+
+    for cpu, core in enumerate([0, 1, 0, 1]):  # 4 logical CPUs, 2 cores (siblings 0/2 and 1/3)
+        topo = tmp_path / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "core_id").write_text(f"{core}\n")
+        (topo / "physical_package_id").write_text("0\n")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert available_cores(str(tmp_path)) == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2})  # taskset to one core's two siblings
+    assert available_cores(str(tmp_path)) == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 7})  # cpu7: no topology files
+    assert available_cores(str(tmp_path)) == 3
+
+
 def test_joblib_negative_counts():
     assert sweep_parallel_jobs({"n_jobs": -1}, 8) == 8
     assert sweep_parallel_jobs({"n_jobs": -2}, 8) == 7
@@ -90,7 +106,9 @@ def _child(env: dict[str, str]) -> dict:
 
 def test_processes_take_their_share():
     """Real processes, as torchrun starts them: the ranks of one node split this process's cores."""
-    cores = len(os.sched_getaffinity(0))
+    from dpr.perf.threads import available_cores
+
+    cores = available_cores()
     alone = _child({})
     assert alone["torch"] == cores
     assert alone["wait"] == "PASSIVE"  # set by `import dpr`, before torch loaded OpenMP
@@ -144,7 +162,9 @@ main()
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     jobs = [json.loads(line[4:]) for line in out.stdout.splitlines() if line.startswith("JOB ")]
-    cores = len(os.sched_getaffinity(0))
+    from dpr.perf.threads import available_cores
+
+    cores = available_cores()
     assert [j["x"] for j in jobs] == [1, 2]
     assert all(j["torch"] == max(1, cores // 2) and not j["has_key"] for j in jobs)
     out = subprocess.run([sys.executable, str(app), "x=3", "threads=1", f"hydra.run.dir={tmp_path / 'run'}"],
