@@ -1,9 +1,10 @@
 """Intra-op threads from this process's share of the cores, and OpenMP threads that yield when they wait.
 
 Measured on the 2-core Zen 4 (a tiny BERT, 12 forwards + backwards per step, other agents' work on the box):
-two torch threads with OpenMP's default *active* wait took 0.6-5.8 s per step beside a busy process
-(``python -c 'while True: pass'``), against 0.17-0.5 s with ``OMP_WAIT_POLICY=PASSIVE`` (and 0.15-0.25 s
-with one thread): waiting threads that spin steal the very core the other thread needs. So:
+two torch threads with OpenMP's default *active* wait took 0.6-8.7 s per step beside a busy process
+(``python -c 'while True: pass'``), against 0.17-0.5 s with ``OMP_WAIT_POLICY=PASSIVE`` (and 0.15-0.29 s
+with one thread; a short spin, ``GOMP_SPINCOUNT=10000``, still 2.2 s): waiting threads that spin steal the very
+core the other thread needs. So:
 
 - ``import dpr`` (``dpr/__init__.py``) sets ``OMP_WAIT_POLICY=PASSIVE`` unless the user set it: the OpenMP
   runtime reads it once, when torch loads it, so it must be in the environment before ``import torch`` (it
