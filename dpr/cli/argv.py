@@ -74,6 +74,8 @@ def hydra_argv(argv: list[str], extra: Mapping[str, str] | None = None,
     overrides, flags = split_argv(argv[1:])
     if renames:
         overrides = rename_overrides(overrides, dict(renames))
+    # threads=N is a process setting in no command's config (dpr.perf.threads pops it before the schema check)
+    overrides = [f"++{o}" if o.partition("=")[0] == "threads" else o for o in overrides]
     given = given_keys(overrides)
     added = [f"{k}={v}" for k, v in (extra or {}).items() if k not in given]
     return [argv[0], *overrides, *added, *flags]

@@ -253,6 +253,9 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
         def inner(*args, **kwargs):
             try:
                 absolutize_env()
+                from dpr.perf.threads import configure_threads  # torch's threads: this process's share of the cores
+
+                configure_threads(next((a for a in args if isinstance(a, DictConfig)), None))
                 for a in args:
                     if isinstance(a, DictConfig):
                         if schema is not None:

@@ -93,6 +93,8 @@ def planned_factory(embeddings_dir: str | Path, factory: str = "Flat", train_sam
 def set_search_params(index: faiss.Index, nprobe: int | None = None, ef_search: int | None = None) -> None:
     """Apply query-time knobs where the index has them (IVF ``nprobe``, HNSW ``efSearch``)."""
     check_search_params(nprobe=nprobe, ef_search=ef_search)
+    if not isinstance(index, faiss.Index):  # a TorchFlatIndex (dpr.index.torch_flat): exact, no knobs
+        return
     ps = faiss.GpuParameterSpace() if gpu.is_gpu_index(index) else faiss.ParameterSpace()
     if nprobe is not None:
         try:

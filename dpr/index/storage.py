@@ -60,8 +60,10 @@ def read_index_meta(path: str | Path) -> dict:
 
 
 def load_index(path: str | Path, device: str = "cpu", nprobe: int | None = None,
-               ef_search: int | None = None, mmap: bool = False) -> tuple[faiss.Index, list[str]]:
-    """Read an index and its ids; ``device="gpu"`` shards it over all visible GPUs (CPU fallback).
+               ef_search: int | None = None, mmap: bool = False,
+               search_dtype: str = "float32") -> tuple[faiss.Index, list[str]]:
+    """Read an index and its ids; ``device="gpu"`` shards it over all visible GPUs (CPU fallback; a flat
+    index without faiss-gpu: exact search in torch, vectors in ``search_dtype``, `dpr.index.gpu.to_gpus`).
 
     ``mmap=True`` memory-maps the index file (large flat/IVF indexes on CPU: pages load on demand).
     """
@@ -79,7 +81,7 @@ def load_index(path: str | Path, device: str = "cpu", nprobe: int | None = None,
     # on the CPU copy, before any GPU copy: a saved value given again here is replaced, not refused
     check_saved_search_params(index, path, nprobe=nprobe, ef_search=ef_search)
     if device == "gpu":
-        index = gpu.to_gpus(index, shard=True)
+        index = gpu.to_gpus(index, shard=True, torch_dtype=search_dtype)
     elif device != "cpu":
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
     set_search_params(index, nprobe=nprobe, ef_search=ef_search)
