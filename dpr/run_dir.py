@@ -96,12 +96,8 @@ def lock_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
     except FileExistsError:
         raise NotADirectoryError(f"output_dir {run_dir}: exists and is not a directory") from None
     path = run_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_locked(run_dir, path)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _busy(run_dir, path) from None
         previous = os.read(fd, 4096).decode(errors="replace")
         if previous.strip():  # the file still names a holder: that process died without releasing it
             log.warning("%s: taking over the lock left by %s, no longer running", run_dir, _holder(previous))
@@ -112,9 +108,33 @@ def lock_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
         try:
             yield
         finally:
-            os.ftruncate(fd, 0)  # released: the file names nobody (it stays: removing a locked file races)
+            # released: the file goes while still locked, so a refused or finished run leaves nothing behind; a
+            # waiter that opened it before the unlink sees the inode gone and opens the new path (_open_locked)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     finally:
         os.close(fd)  # drops the flock
+
+
+def _open_locked(run_dir: Path, path: Path) -> int:
+    """An fd of ``path`` holding its flock. The file the fd locks must still be the one at ``path`` (a releasing
+    holder unlinks it): otherwise two runs could each hold a different inode."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise _busy(run_dir, path) from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
 # What a training run writes (removed on purpose by overwrite=true; .hydra/ and train.log are Hydra's).
 RUN_OUTPUTS = (SUMMARY, "biencoder.json", "question_encoder", "passage_encoder", "projection.safetensors",
                "metrics.jsonl", "validation.jsonl", "checkpoints")
