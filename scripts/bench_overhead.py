@@ -153,13 +153,12 @@ def main(argv: list[str] | None = None) -> dict:
     model_dir = tiny_bert(work / "tiny_bert")
     root = find_dataset(args.data_dir, args.data)
     data_dir, name = root.parent, root.name
-    from dpr.models import load_biencoder
+    from dpr.models import BiEncoderConfig, load_biencoder
 
     tok = load_biencoder(str(model_dir), **MODEL_KW)[1]
     examples = load_examples(root / "train.json")
-    batches = TrainBatches(examples, tok, batch_size=args.batch_size, hard_negatives=args.hard_negatives,
-                           question_max_length=MODEL_KW["question_max_length"],
-                           passage_max_length=MODEL_KW["passage_max_length"], seed=args.seed, mask_answers=False)
+    batches = TrainBatches(examples, tok, TrainConfig(batch_size=args.batch_size, hard_negatives=args.hard_negatives),
+                           BiEncoderConfig(**MODEL_KW), seed=args.seed, mask_answers=False)
     peer = None if args.no_peer else Peer({
         "model": str(model_dir), "seed": args.seed, "lr": defaults.lr, "steps": args.steps * args.repeat,
         "max_grad_norm": defaults.max_grad_norm, "passage_max_length": MODEL_KW["passage_max_length"],

@@ -64,14 +64,15 @@ def test_encoding_applies_the_models_prefixes(tiny_model_dir):
 
 def test_training_batches_carry_the_prefixes(tiny_model_dir, tiny_data_dir):
     from dpr.models import load_biencoder
-    from dpr.training.batching import TrainBatches, load_examples
+    from dpr.training.batching import load_examples
+    from tests.training.helpers import train_batches
 
     _, tok = load_biencoder(str(tiny_model_dir))
     examples = load_examples(tiny_data_dir / "tiny" / "train.json")
     kw = dict(batch_size=4, hard_negatives=1, question_max_length=32, passage_max_length=64, seed=3)
-    plain = next(TrainBatches(examples, tok, **kw).iter_epoch(0))
-    prefixed = next(TrainBatches(examples, tok, question_prefix="query: ", passage_prefix="passage: ", **kw).iter_epoch(0))
-    items = TrainBatches(examples, tok, **kw).items(0, 0)
+    plain = next(train_batches(examples, tok, **kw).iter_epoch(0))
+    prefixed = next(train_batches(examples, tok, question_prefix="query: ", passage_prefix="passage: ", **kw).iter_epoch(0))
+    items = train_batches(examples, tok, **kw).items(0, 0)
     want_q = tokenize_batch(tok, ["query: " + it.question for it in items], None, 32)
     ctxs = [c for it in items for c in it.passages]
     texts, titles = with_prefix([c["text"] for c in ctxs], [c.get("title") or "" for c in ctxs], "passage: ")
