@@ -98,3 +98,14 @@ def test_a_damaged_cache_is_rebuilt_not_trusted(tok, tmp_path):
     (made / "ids.npy").write_bytes(b"garbage")
     table, reused = cached_table(data, "questions", tok, TEXTS, None, max_length=16)
     assert not reused and torch.equal(table.pad([0])["input_ids"], tokenize_batch(tok, TEXTS[:1], None, 16)["input_ids"])
+
+
+def test_encode_from_the_token_table_equals_encode_from_text(tiny_model_dir, monkeypatch):
+    from dpr.models import encode_texts, load_biencoder
+
+    model, tok = load_biencoder(str(tiny_model_dir), passage_max_length=16, passage_prefix="p: ")
+    table = build_table(tok, TEXTS, TITLES, max_length=16, prefix="p: ")
+    want = encode_texts(model, tok, TEXTS, "passage", batch_size=4, titles=TITLES, autocast="off")
+    monkeypatch.setattr("dpr.models.inference._tokenize_rows", lambda *a, **k: pytest.fail("tokenized"))
+    got = encode_texts(model, None, TEXTS, "passage", batch_size=4, titles=TITLES, autocast="off", tokens=table)
+    assert torch.equal(got, want)
