@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from dpr.models.biencoder import BiEncoder
+from dpr.models.protocol import unwrap_encoder
 from dpr.trainkit.precision import autocast_context
 
 if TYPE_CHECKING:
@@ -122,12 +122,8 @@ def batch_positions(texts: Sequence[str], titles: Sequence[str] | None, batch_si
                           batch_size, sort_by_length)
 
 
-def _unwrap(model: nn.Module) -> BiEncoder:
-    while not isinstance(model, BiEncoder) and isinstance(getattr(model, "module", None), nn.Module):
-        model = model.module
-    if not isinstance(model, BiEncoder):
-        raise TypeError(f"expected a BiEncoder, got {type(model).__name__}")
-    return model
+def _unwrap(model: nn.Module) -> nn.Module:
+    return unwrap_encoder(model)  # the dense encoder inside any DDP wrapper (TypeError when there is none)
 
 
 def iter_encode_batches(
