@@ -66,11 +66,11 @@ def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] |
                           f"(pip install 'dpr[export]'): {err}") from None
 
     from dpr.models import is_biencoder_dir, load_biencoder
-    from dpr.models.run_format import plain_tower_dirs
+    from dpr.models.run_format import model_marker, plain_tower_dirs
 
     run_dir = Path(run_dir)
     if not is_biencoder_dir(run_dir):
-        raise FileNotFoundError(f"{run_dir}: not a trained run directory (dpr-train writes one)")
+        raise FileNotFoundError(f"{run_dir}: not a trained run directory (no {model_marker(run_dir).name})")
     model, _ = load_biencoder(run_dir)  # validates the run and gives the projection weights
     config = model.config
     trained = {name: text for name, text in (("query", config.question_prefix), ("document", config.passage_prefix))
