@@ -167,6 +167,9 @@ class BiEncoder(nn.Module):
         # Decoders get positions counted over real tokens (left padding must not shift them); encoders are
         # called exactly as before.
         self.decoder = is_decoder_config(question_encoder.config)
+        if config.lora is not None:
+            # also when loaded through a wrapper (DDP, the trainer's): the frozen base's weights are not expected
+            self.register_load_state_dict_post_hook(_base_weights_not_missing)
 
     def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
         """All weights; with LoRA only the trained ones (adapters, projections): the frozen base is an input
@@ -267,6 +270,13 @@ class BiEncoder(nn.Module):
 def _trained_key(key: str) -> bool:
     """A LoRA bi-encoder's own weights: its adapters (peft names them ``lora_*``) and projections."""
     return ".lora_" in key or key.split(".", 1)[0] in ("question_projection", "passage_projection")
+
+
+def _base_weights_not_missing(module: nn.Module, incompatible: Any) -> None:
+    """A LoRA bi-encoder's load_state_dict hook: the frozen base's weights are not missing (see ``state_dict``)."""
+    for key in [k for k in incompatible.missing_keys if ".lora_" not in k and "_projection." not in k
+                and ("question_encoder." in k or "passage_encoder." in k)]:
+        incompatible.missing_keys.remove(key)
 
 
 def _select(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
