@@ -12,7 +12,7 @@ Defaults are sized for the pipeline: squad1_open (7,983 training questions) with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, List, Mapping
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
 from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
 from dpr.training.dev_metrics import find_metric, metric_names
@@ -71,6 +71,10 @@ class TrainConfig:
     attention_dropout: float | None = None  # attention-probability dropout of both towers while training (null: the
                                          # model's own; 0: no masks, SDPA's fused kernel); the saved config keeps the
                                          # model's (dpr/models/dropout.py)
+    # Matryoshka (dpr/losses/matryoshka.py): the loss summed over these prefix sizes of the vectors (e.g. [384, 192,
+    # 96, 48]; null: off), each weighted by matryoshka_weights (null: 1 each)
+    matryoshka_dims: Optional[List[int]] = None
+    matryoshka_weights: Optional[List[float]] = None
     precision: str = "auto"              # auto | fp32 | bf16 | fp16 (fp16: CUDA only, with loss scaling)
     deterministic: bool = False          # torch deterministic kernels on GPU (CPU runs are deterministic already)
     cpu_threads: int = 0                 # > 0: torch threads for the run (0: torch's default)
@@ -206,7 +210,7 @@ NOT_FINGERPRINTED = frozenset({"background_loader", "token_cache"})
 
 # Keys recorded in the run's and the pipeline stages' fingerprints only when set: runs, checkpoints and stages made
 # before a key existed stay the same run while it is null.
-RECORDED_WHEN_SET = frozenset({"attention_dropout"})
+RECORDED_WHEN_SET = frozenset({"attention_dropout", "matryoshka_dims", "matryoshka_weights"})
 
 
 def without_unset(train: Mapping[str, Any], device: "torch.device | str | None" = None) -> dict[str, Any]:

@@ -119,6 +119,10 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     precision = resolve_precision(tc.precision, device, training=True)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     loss = build_loss(conf.get("loss"))
+    if tc.matryoshka_dims:  # the loss over nested prefixes of the vectors
+        from dpr.losses.matryoshka import MatryoshkaLoss
+
+        loss = MatryoshkaLoss(loss, tc.matryoshka_dims, tc.matryoshka_weights)
     # the loss's teacher (BM25 or a scores file) and, with train.teacher_denoise, the denoised examples
     run_teacher = prepare_teacher(loss, tc, paths.root, paths.passages, train_file, train_examples, write_counts=main)
     teacher, train_examples = run_teacher.teacher, run_teacher.examples
