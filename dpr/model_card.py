@@ -255,7 +255,8 @@ def _usage_section(exported: bool, cfg: Any) -> list[str]:
     return ["## Usage (dpr)", "", "```python", "from dpr import Retriever", "",
             "retriever = Retriever.dense(\"path/to/this/run\", \"index.faiss\", passages=\"passages.tsv\")",
             "for hit in retriever.search([\"who wrote hamlet?\"], k=5)[0]:", "    print(hit.score, hit.title)", "```",
-            "", usage_note(getattr(cfg, "lora", None) is not None) + "`dpr-export model=<this dir> format=sentence-transformers output=<dir>` makes a sentence-transformers copy.",
+            "", usage_note(getattr(cfg, "lora", None) is not None)
+            + "`dpr-export model=<this dir> format=sentence-transformers output=<dir>` makes a sentence-transformers copy.",
             "", "## Sharing it", "", "With a Hugging Face token (`huggingface-cli login` or `HF_TOKEN`):", "",
             "```python", "from huggingface_hub import HfApi", "",
             "HfApi().upload_folder(folder_path=\"path/to/this/run\", repo_id=\"your-name/your-retriever\",",

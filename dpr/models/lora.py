@@ -20,7 +20,8 @@ from torch import nn
 
 from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
 
-LORA_RANGES: dict[str, Range] = {"r": Int(1, 4096), "alpha": Real(0, 1e6, lo_open=True), "dropout": Real(0, 1, hi_open=True)}
+LORA_RANGES: dict[str, Range] = {"r": Int(1, 4096), "alpha": Real(0, 1e6, lo_open=True),
+                                 "dropout": Real(0, 1, hi_open=True)}
 
 
 @dataclass
