@@ -129,6 +129,12 @@ class TrainConfig:
         metric = find_metric(tc.best_metric, tc.val_topk)
         if metric is not None and metric.needs_corpus and not tc.val_corpus_topk:
             raise ValueError(f"train.best_metric={tc.best_metric} needs train.val_corpus_topk=true")
+        if tc.matryoshka_weights is not None and not tc.matryoshka_dims:
+            raise ValueError("train.matryoshka_weights needs train.matryoshka_dims (the sizes they weigh)")
+        if tc.matryoshka_dims:  # distinct sizes, one weight each
+            from dpr.losses.matryoshka import MatryoshkaLoss
+
+            MatryoshkaLoss(None, tc.matryoshka_dims, tc.matryoshka_weights)
         if tc.max_steps <= 0 and tc.epochs <= 0 and tc.frozen_steps <= 0:
             raise ValueError("zero training steps (nothing to train): set train.max_steps, train.epochs or "
                              "train.frozen_steps > 0")

@@ -58,3 +58,15 @@ def test_truncate_renormalises_cosine_vectors_only():
     assert torch.allclose(truncate(v, 2, normalize=True), torch.tensor([[0.6, 0.8]]))
     assert torch.equal(truncate(v, 2, normalize=False), torch.tensor([[3.0, 4.0]]))
     assert truncate(v, None, True) is v and truncate(v, 3, True) is v
+
+
+def test_train_config_checks_the_sizes_in_one_line():
+    from dpr.training.config import TrainConfig
+
+    assert TrainConfig.from_dict({"matryoshka_dims": [384, 96], "matryoshka_weights": [1, 0.5]}).matryoshka_dims == [
+        384, 96]
+    for bad, match in (({"matryoshka_dims": [96, 96]}, "distinct"), ({"matryoshka_dims": [0]}, "matryoshka_dims"),
+                       ({"matryoshka_weights": [1.0]}, "needs train.matryoshka_dims"),
+                       ({"matryoshka_dims": [8, 4], "matryoshka_weights": [1.0]}, "matryoshka_weights")):
+        with pytest.raises(ValueError, match=match):
+            TrainConfig.from_dict(bad)
