@@ -237,6 +237,8 @@ def _evaluation_section(facts: Mapping[str, Any], plot: str | None) -> list[str]
 
 
 def _usage_section(exported: bool, cfg: Any) -> list[str]:
+    from dpr.models.run_format import usage_note
+
     if exported:
         pair_note = "passages (with a title: `(title, text)` pairs, as in training)"
         return ["## Usage (sentence-transformers)", "", "```python", "from sentence_transformers import SentenceTransformer",
@@ -245,14 +247,16 @@ def _usage_section(exported: bool, cfg: Any) -> list[str]:
                 "p = model.encode_document([(\"Hamlet\", \"Hamlet is a tragedy by William Shakespeare.\")])",
                 "print(model.similarity(q, p))", "```", "",
                 f"Questions go through `encode_query`, {pair_note} through `encode_document`"
-                + ("" if cfg.shared else " (each through its own tower)") + ".",
+                + ("" if cfg.shared else " (each through its own tower)") + "."
+                + (" The run's LoRA adapters are merged into the base model's weights here (a plain model: no "
+                   "`peft` needed)." if getattr(cfg, "lora", None) is not None else ""),
                 "", "## Sharing it", "", "With a Hugging Face token (`huggingface-cli login` or `HF_TOKEN`):", "",
                 "```python", "model.push_to_hub(\"your-name/your-retriever\")", "```"]
     return ["## Usage (dpr)", "", "```python", "from dpr import Retriever", "",
             "retriever = Retriever.dense(\"path/to/this/run\", \"index.faiss\", passages=\"passages.tsv\")",
             "for hit in retriever.search([\"who wrote hamlet?\"], k=5)[0]:", "    print(hit.score, hit.title)", "```",
-            "", "`question_encoder/` and `passage_encoder/` load with `transformers.AutoModel`; "
-            "`dpr-export model=<this dir> format=sentence-transformers output=<dir>` makes a sentence-transformers copy.",
+            "", usage_note(getattr(cfg, "lora", None) is not None)
+            + "`dpr-export model=<this dir> format=sentence-transformers output=<dir>` makes a sentence-transformers copy.",
             "", "## Sharing it", "", "With a Hugging Face token (`huggingface-cli login` or `HF_TOKEN`):", "",
             "```python", "from huggingface_hub import HfApi", "",
             "HfApi().upload_folder(folder_path=\"path/to/this/run\", repo_id=\"your-name/your-retriever\",",

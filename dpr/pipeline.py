@@ -29,6 +29,7 @@ from dpr.eval.report import evaluate_qa, evaluate_qrels
 from dpr.losses import build_loss
 from dpr.model_card import write_model_card
 from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
+from dpr.models.run_format import model_marker, model_outputs
 from dpr.negatives import bm25 as bm25_negatives
 from dpr.negatives.config import RemineConfig
 from dpr.negatives.dense import remine_dataset
@@ -106,7 +107,7 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
                 lambda pm=prev_model, pi=prev_index, tf=train_file, il=interleave: remine_dataset(
                     pm, pi, ds, tf, **remine.as_kwargs(), **il),
                 # the model that mines is an input (its index and biencoder.json): the settings are the parameters
-                outputs=[train_file], inputs=[prev_index, ds.train, prev_model / "biencoder.json"],
+                outputs=[train_file], inputs=[prev_index, ds.train, model_marker(prev_model)],
                 params={"remine": dataclasses.asdict(remine), **interleave},
             )
             model = {**model, "name": str(prev_model)}  # continue from the previous round's weights
@@ -129,14 +130,14 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
         stages.run(
             "train" if rounds == 1 else f"train_round{r}",
             lambda tc=train_cfg, se=start_emb, ee=export_emb: _train_reusing_vectors(cfg, ds, tc, se, ee, rounds),
-            outputs=[mdir / "biencoder.json", mdir / "passage_encoder"],
+            outputs=model_outputs(mdir),
             inputs=[train_file, ds.dev, ds.passages, start_emb, *inputs], params=plain(train_cfg),
         )
         if r < rounds:  # the round's own index, to mine the next round's negatives from
             emb, idx = rdir / "embeddings", rdir / "index.faiss"
             stages.run(f"encode_round{r}", lambda m=mdir, e=emb: encode.encode_corpus(str(m), ds.passages, e,
                                                                                      _encode_config(cfg)),
-                       outputs=[emb], inputs=[ds.passages, mdir / "biencoder.json"], params=plain(cfg.encode))
+                       outputs=[emb], inputs=[ds.passages, model_marker(mdir)], params=plain(cfg.encode))
             stages.run(f"index_round{r}", lambda e=emb, i=idx: faiss_index.build_and_save(e, i, factory="Flat"),
                        outputs=[idx], inputs=[emb], params={"factory": "Flat"})
         prev_model = mdir
@@ -258,10 +259,10 @@ def run_pipeline(cfg: DictConfig) -> dict:
         model, tokenizer = build_biencoder(BiEncoderConfig.from_dict(_model(cfg)))
         save_biencoder(model, tokenizer, untrained_dir)
 
-    stages.run("untrained_model", save_untrained, outputs=[untrained_dir / "biencoder.json"],
+    stages.run("untrained_model", save_untrained, outputs=[model_marker(untrained_dir)],
                params={"model": _model(cfg), "seed": cfg.seed})
     systems["dense_untrained"] = dense_system(
-        "dense_untrained", str(untrained_dir), [untrained_dir / "biencoder.json"])
+        "dense_untrained", str(untrained_dir), [model_marker(untrained_dir)])
 
     teacher = None
     if cfg.get("teacher"):  # issue 25: the cross-encoder teacher, its scores, the distilled training
@@ -273,7 +274,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
     if until == "train":  # a dev-only run (ablations): the trained model never meets the test split
         return _finish(out, stages, start, {"until": "train", "model": str(model_dir),
                                             "train_summary": str(model_dir / "train_summary.json")})
-    systems["dense"] = dense_system("dense", str(model_dir), [model_dir / "biencoder.json"])
+    systems["dense"] = dense_system("dense", str(model_dir), [model_marker(model_dir)])
 
     # 5. hybrid: linear fusion weight tuned on dev, plus reciprocal rank fusion for reference
     hyb_dir = out / "hybrid"

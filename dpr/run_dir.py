@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from dpr.atomic import atomic_path, sha256_file
+from dpr.models.run_format import MODEL_FILES
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +137,7 @@ def _open_locked(run_dir: Path, path: Path) -> int:
 
 
 # What a training run writes (removed on purpose by overwrite=true; .hydra/ and train.log are Hydra's).
-RUN_OUTPUTS = (SUMMARY, "biencoder.json", "question_encoder", "passage_encoder", "projection.safetensors",
-               "metrics.jsonl", "validation.jsonl", "checkpoints")
+RUN_OUTPUTS = (SUMMARY, *MODEL_FILES, "metrics.jsonl", "validation.jsonl", "checkpoints")
 # Keys that decide what a run computes; paths and logging do not (a moved data dir is the same data).
 COMPARED = ("model", "data", "train", "seed")
 _IGNORED_DATA_KEYS = ("mirror_dir", "cache_dir")

@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
         os.environ["DPR_NO_BF16"] = "1"
 
     from dpr.atomic import write_json_atomic
-    from dpr.models import load_biencoder
+    from dpr.models import BiEncoderConfig, load_biencoder
     from dpr.perf import cpu_supports_bf16, matmul_peak_gflops, mfu, total_flops
     from dpr.perf.report import bench_report, format_table, row
     from dpr.training.batching import TrainBatches, load_examples
@@ -276,13 +276,13 @@ def main(argv: list[str] | None = None) -> dict:
                     question_max_length=args.question_max_length, passage_max_length=args.passage_max_length)
     tokenizer = load_biencoder(args.model, **model_kw)[1]
     # answer masking off: MultipleNegativesRankingLoss has none, so both train the same objective
-    batches = TrainBatches(examples, tokenizer, batch_size=batch_size, hard_negatives=args.hard_negatives,
-                           question_max_length=args.question_max_length,
-                           passage_max_length=args.passage_max_length, seed=args.seed, mask_answers=False)
+    batches = TrainBatches(examples, tokenizer, TrainConfig(batch_size=batch_size, hard_negatives=args.hard_negatives),
+                           BiEncoderConfig(**model_kw), seed=args.seed, mask_answers=False)
     per_epoch = batches.num_batches(0)
     plan = [(i // per_epoch, i % per_epoch) for i in range(args.steps)]
 
-    bucket, impl = defaults.length_bucket_size, defaults.optimizer_impl
+    # the bucket size dpr-train's auto picks on the device the bench runs on
+    bucket, impl = defaults.bucket_size_for(device), defaults.optimizer_impl
     common = dict(steps=args.steps, lr=args.lr, max_grad_norm=args.max_grad_norm, seed=args.seed, device=args.device)
     # (system, precision) -> (bucket size, AdamW implementation, attention dropout (None: the model's own),
     # levers: the config keys the row sets)

@@ -158,9 +158,8 @@ def main(argv: list[str] | None = None) -> dict:
     model_kw = dict(shared=True, pooling="mean", similarity="cosine", temperature=0.05,
                     question_max_length=args.question_max_length, passage_max_length=args.passage_max_length)
     model, tok = load_biencoder(model_name, **model_kw)
-    batches = TrainBatches(examples, tok, batch_size=batch_size, hard_negatives=args.hard_negatives,
-                           question_max_length=args.question_max_length, passage_max_length=args.passage_max_length,
-                           seed=args.seed, mask_answers=False)
+    batches = TrainBatches(examples, tok, TrainConfig(batch_size=batch_size, hard_negatives=args.hard_negatives),
+                           model.config, seed=args.seed, mask_answers=False)
     per_epoch = batches.num_batches(0)
     rows = list(itertools.islice(iter_passages(train_path.parent / "passages.tsv"), args.passages))
     texts, titles = [r["text"] for r in rows], [r.get("title") or "" for r in rows]
@@ -168,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
     profiles = []
     for p in precisions:
         step = ours_step(model_name, model_kw, batches, p, steps=args.warmup + args.steps, lr=defaults.lr,
-                         max_grad_norm=defaults.max_grad_norm, bucket_size=defaults.length_bucket_size,
+                         max_grad_norm=defaults.max_grad_norm, bucket_size=defaults.bucket_size_for("cpu"),
                          impl=defaults.optimizer_impl, seed=args.seed, attention_dropout=args.attention_dropout)
         plan = iter(itertools.cycle([(i // per_epoch, i % per_epoch) for i in range(args.warmup + args.steps)]))
         for _ in range(args.warmup):
@@ -189,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
         "settings": {"model": model_name, "data": data_desc, "threads": torch.get_num_threads(),
                      "precisions": precisions, "train_batch_size": batch_size, "hard_negatives": args.hard_negatives,
                      "question_max_length": args.question_max_length, "passage_max_length": args.passage_max_length,
-                     "length_bucket_size": defaults.length_bucket_size,
+                     "length_bucket_size": defaults.bucket_size_for("cpu"),
                      "optimizer_impl": resolve_optimizer_impl(defaults.optimizer_impl), "malloc_tuned": malloc_tuned,
                      "attention_dropout": args.attention_dropout,
                      "towers": "shared", "warmup": args.warmup, "steps": args.steps, "passages": len(texts),

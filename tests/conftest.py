@@ -197,3 +197,34 @@ def write_tiny_teacher_scores(root: Path) -> Path:
     add_tiny_hard_negatives(root)
     score_candidates(overlap_scorer, root / "train.json", root / SCORES_FILE, teacher_fingerprint="test:overlap")
     return root / SCORES_FILE
+
+
+def build_tiny_decoder(out: Path, family: str) -> Path:
+    """A randomly initialised 2-layer causal LM (``llama`` or ``qwen2`` shapes: grouped-query attention, RoPE,
+    SwiGLU) saved as a ``*ForCausalLM`` checkpoint, with MiniLM's tokenizer given an EOS token (``[unused1]``):
+    no LLM weights load offline here, and these shapes are what Llama/Qwen2/Mistral checkpoints load into."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from dpr.models.hub import default_model_path
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(default_model_path())
+    tok.add_special_tokens({"eos_token": "[unused1]"})
+    shape = dict(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, intermediate_size=64, max_position_embeddings=256,
+                 eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[family]
+    model_cls(config_cls(**shape)).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory) -> Path:
+    return build_tiny_decoder(tmp_path_factory.mktemp("tiny_llama"), "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_dir(tmp_path_factory) -> Path:
+    return build_tiny_decoder(tmp_path_factory.mktemp("tiny_qwen2"), "qwen2")

@@ -45,7 +45,8 @@ def _tower_modules(tower_dir: Path, config: Any, projection: Any, shared: bool) 
     if not shared:
         # each route's own length also for callers that bypass encode_query/encode_document
         transformer.max_seq_length = qlen if tower_dir.name.startswith("question") else plen
-    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=config.pooling)]
+    pooling = {"last": "lasttoken"}.get(config.pooling, config.pooling)  # sentence-transformers' name for it
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
     if projection is not None:
         import torch
 
@@ -66,11 +67,11 @@ def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] |
                           f"(pip install 'dpr[export]'): {err}") from None
 
     from dpr.models import is_biencoder_dir, load_biencoder
-    from dpr.models.io import PASSAGE_DIR, QUESTION_DIR
+    from dpr.models.run_format import model_marker, plain_tower_dirs
 
     run_dir = Path(run_dir)
     if not is_biencoder_dir(run_dir):
-        raise FileNotFoundError(f"{run_dir}: not a trained run directory (no biencoder.json)")
+        raise FileNotFoundError(f"{run_dir}: not a trained run directory (no {model_marker(run_dir).name})")
     model, _ = load_biencoder(run_dir)  # validates the run and gives the projection weights
     config = model.config
     trained = {name: text for name, text in (("query", config.question_prefix), ("document", config.passage_prefix))
@@ -78,15 +79,19 @@ def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] |
     for name, text in trained.items():
         if prompts and name in prompts and prompts[name] != text:
             raise ValueError(f"prompt {name!r}={prompts[name]!r}: the run was trained with {text!r} there")
-    if config.shared:
-        modules = _tower_modules(run_dir / QUESTION_DIR, config, model.question_projection, shared=True)
-    else:
-        modules = [Router.for_query_document(
-            query_modules=_tower_modules(run_dir / QUESTION_DIR, config, model.question_projection, shared=False),
-            document_modules=_tower_modules(run_dir / PASSAGE_DIR, config, model.passage_projection, shared=False),
-        )]
-        if prompts and set(prompts) - set(trained):
-            raise ValueError("prompts are for a shared tower; separate towers already route queries and passages")
+    if config.pooling == "eos":
+        raise ValueError(f"{run_dir}: pooling=eos appends an EOS token that sentence-transformers' tokenizer does "
+                         "not; export a pooling=last run, or use the run with dpr")
+    with plain_tower_dirs(run_dir, model) as towers:  # a LoRA run's adapters merged (modules load them in memory)
+        if config.shared:
+            modules = _tower_modules(towers["question"], config, model.question_projection, shared=True)
+        else:
+            modules = [Router.for_query_document(
+                query_modules=_tower_modules(towers["question"], config, model.question_projection, shared=False),
+                document_modules=_tower_modules(towers["passage"], config, model.passage_projection, shared=False),
+            )]
+    if not config.shared and prompts and set(prompts) - set(trained):
+        raise ValueError("prompts are for a shared tower; separate towers already route queries and passages")
     if config.similarity == "cosine":
         modules.append(Normalize())
     return SentenceTransformer(modules=modules, device="cpu", prompts={**(prompts or {}), **trained} or None,

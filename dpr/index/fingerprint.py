@@ -69,28 +69,12 @@ def model_fingerprint(model_path: str | Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return obj if isinstance(obj, dict) else {}
-
-
 def model_dim(model_path: str | Path) -> int | None:
     """The vector size a local model produces, from its JSON files alone (no weights loaded): the
     projection size of a `dpr-train` run, else the question tower's hidden size; None if unknown."""
-    path = Path(str(model_path))
-    if not path.is_dir():
-        return None
-    config = _read_json(path / "biencoder.json").get("config") or {}
-    if isinstance(config, dict) and config.get("projection_dim"):
-        return int(config["projection_dim"])
-    for sub in ("question_encoder", "."):
-        hidden = _read_json(path / sub / "config.json").get("hidden_size")
-        if isinstance(hidden, int):
-            return hidden
-    return None
+    from dpr.models.run_format import output_dim
+
+    return output_dim(model_path)
 
 
 def index_meta_path(index_path: str | Path) -> Path:

@@ -50,11 +50,9 @@ def _settings(cfg: Mapping[str, Any] | None) -> _Settings:
 
 
 def _tokenizer_path(name: str, tower: str) -> str:
-    from dpr.models.hub import resolve_model_name
+    from dpr.models.run_format import tokenizer_dir
 
-    path = resolve_model_name(name)
-    sub = Path(path) / tower
-    return str(sub) if sub.is_dir() else path  # a dpr run dir: each tower has its tokenizer
+    return tokenizer_dir(name, tower)  # a dpr run dir: each tower has its tokenizer
 
 
 def make_tokenize(model_name: str, tower: str, prefix: str) -> Callable[[list[str], list[str] | None], list[int]]:
@@ -112,9 +110,9 @@ def compute(root: str | Path, cfg: Mapping[str, Any] | None = None) -> dict:
     report["false_negatives"] = figures.false_negatives(train, kind)
     qs = figures.sample([ex["question"] for ex in train], ic.max_questions, ic.seed)
     report["question_tokens"] = figures.token_lengths(
-        make_tokenize(st.model_name, "question_encoder", st.question_prefix), qs, None, st.question_max_length)
+        make_tokenize(st.model_name, "question", st.question_prefix), qs, None, st.question_max_length)
     report["passage_tokens"] = figures.token_lengths(
-        make_tokenize(st.model_name, "passage_encoder", st.passage_prefix), [p["text"] for p in ps],
+        make_tokenize(st.model_name, "passage", st.passage_prefix), [p["text"] for p in ps],
         [p["title"] for p in ps], st.passage_max_length)
     report["teacher"] = figures.teacher(train, read_teacher_scores(ds.root / SCORES_FILE), ic.bins)
     report["warnings"] = warnings_of(report, st)

@@ -14,17 +14,22 @@ from dpr.models.io import (
     save_biencoder,
     save_weights,
 )
-from dpr.models.pooling import cls_pool, detect_pooling, mean_pool, pool
+from dpr.models.pooling import cls_pool, detect_pooling, last_token_pool, mean_pool, pool
+from dpr.models.protocol import DenseEncoder, find_encoder, is_encoder, unwrap_encoder
 
 __all__ = [
     "BiEncoder",
     "BiEncoderConfig",
+    "DenseEncoder",
     "build_biencoder",
     "cls_pool",
     "detect_pooling",
     "encode_texts",
+    "find_encoder",
+    "is_encoder",
     "is_biencoder_dir",
     "iter_encode_batches",
+    "last_token_pool",
     "load_biencoder",
     "load_weights",
     "mean_pool",
@@ -32,4 +37,5 @@ __all__ = [
     "read_biencoder_config",
     "save_biencoder",
     "save_weights",
+    "unwrap_encoder",
 ]

@@ -25,7 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
+from dpr.models.backbone import DTYPES, PADDING_SIDES, is_decoder_config, position_ids
 from dpr.models.length_buckets import encode_bucketed
+from dpr.models.lora import LoraSettings
 from dpr.models.pooling import POOLING_MODES, pool
 
 SIMILARITIES = ("dot", "cosine")
@@ -63,12 +65,23 @@ class BiEncoderConfig:
     # goes before the title (the pair's first segment), as sentence-transformers applies its prompts.
     question_prefix: str = ""
     passage_prefix: str = ""
+    # Backbones (docs/backbones.md): weights in fp32 or bf16; activations recomputed in the backward pass; which
+    # side the tokenizer pads (auto: left for decoder-only LLMs); LoRA adapters (null: the whole tower trains).
+    dtype: str = "fp32"
+    gradient_checkpointing: bool = False
+    padding_side: str = "auto"
+    lora: LoraSettings | None = None
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLING_MODES:
             raise ValueError(f"model.pooling must be one of {POOLING_MODES}, got {self.pooling!r}")
         if self.similarity not in SIMILARITIES:
             raise ValueError(f"model.similarity must be one of {SIMILARITIES}, got {self.similarity!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"model.dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        if self.padding_side not in PADDING_SIDES:
+            raise ValueError(f"model.padding_side must be one of {PADDING_SIDES}, got {self.padding_side!r}")
+        self.lora = LoraSettings.coerce(self.lora)
         check_ranges(self, MODEL_RANGES, "model")  # types, finiteness and ranges of the numeric keys
         self.temperature = float(self.temperature)
         self.projection_dim = int(self.projection_dim) if self.projection_dim is not None else None
@@ -86,7 +99,9 @@ class BiEncoderConfig:
         return self.question_prefix if tower == "question" else self.passage_prefix
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The config as ``biencoder.json`` records it: the backbone keys left out while at their defaults, so a
+        run made before they existed and one made now with the same settings write the same file."""
+        return without_unset_backbone_keys(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "BiEncoderConfig":
@@ -94,10 +109,23 @@ class BiEncoderConfig:
         return strict_from_dict(cls, d, "bi-encoder")
 
 
+# Keys added after runs were recorded, with the value that means "as before": left out of what is recorded and
+# compared while they hold it, so earlier run directories and pipeline stages stay up to date and unchanged.
+LATER_KEY_DEFAULTS: dict[str, Any] = {"question_prefix": "", "passage_prefix": "", "dtype": "fp32",
+                                      "gradient_checkpointing": False, "padding_side": "auto", "lora": None}
+_BACKBONE_KEYS = ("dtype", "gradient_checkpointing", "padding_side", "lora")
+
+
 def without_empty_prefixes(model: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``model`` config as runs and pipeline stages compare it: empty prefixes (the default) left out, so
-    run directories made before the prefix keys existed stay up to date and unchanged."""
-    return {k: v for k, v in model.items() if not (k in ("question_prefix", "passage_prefix") and v == "")}
+    """A ``model`` config as runs and pipeline stages compare it: the keys of :data:`LATER_KEY_DEFAULTS` (empty
+    prefixes, the backbone keys) left out while at their defaults, so run directories made before they existed
+    stay up to date and unchanged."""
+    return {k: v for k, v in model.items() if not (k in LATER_KEY_DEFAULTS and v == LATER_KEY_DEFAULTS[k])}
+
+
+def without_unset_backbone_keys(model: Mapping[str, Any]) -> dict[str, Any]:
+    """``model`` without the backbone keys at their defaults (empty prefixes stay: biencoder.json always had them)."""
+    return {k: v for k, v in model.items() if not (k in _BACKBONE_KEYS and v == LATER_KEY_DEFAULTS[k])}
 
 
 def _freeze_unused_pooler(encoder: nn.Module) -> None:
@@ -136,7 +164,22 @@ class BiEncoder(nn.Module):
                 self._modules["passage_projection"] = nn.Linear(self.hidden_size, config.projection_dim)
         for enc in {id(m): m for m in (self.question_encoder, self.passage_encoder)}.values():
             _freeze_unused_pooler(enc)
+        # Decoders get positions counted over real tokens (left padding must not shift them); encoders are
+        # called exactly as before.
+        self.decoder = is_decoder_config(question_encoder.config)
+        if config.lora is not None:
+            # also when loaded through a wrapper (DDP, the trainer's): the frozen base's weights are not expected
+            self.register_load_state_dict_post_hook(_base_weights_not_missing)
 
+    def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
+        """All weights; with LoRA only the trained ones (adapters, projections): the frozen base is an input
+        named by ``config.name``, so checkpoints and the best weights hold the adapters, not a copy of the base
+        (safetensors' ``save_model`` / ``load_model`` go through this)."""
+        out = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        if self.config.lora is not None:
+            for key in [k for k in out if k.startswith(prefix) and not _trained_key(k[len(prefix):])]:
+                del out[key]
+        return out
     # The passage tower is the question tower when shared; these properties hide the difference.
     @property
     def passage_encoder(self) -> nn.Module:
@@ -170,8 +213,10 @@ class BiEncoder(nn.Module):
         token_type_ids: torch.Tensor | None,
     ) -> torch.Tensor:
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
+        if token_type_ids is not None and not self.decoder:  # decoders have no segment embeddings
             kwargs["token_type_ids"] = token_type_ids
+        if self.decoder:
+            kwargs["position_ids"] = position_ids(attention_mask)
         out = encoder(**kwargs)
         hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
         # Pool in fp32: summing many bf16 token states loses precision.
@@ -182,6 +227,10 @@ class BiEncoder(nn.Module):
         if self.config.similarity == "cosine":
             vec = F.normalize(vec, p=2, dim=-1)
         return vec
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``[B, L, H]`` token states -> ``[B, H]`` by the configured pooling (fp32)."""
+        return pool(hidden.float(), attention_mask, self.config.pooling)
 
     def encode_questions(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
@@ -216,6 +265,18 @@ class BiEncoder(nn.Module):
         q = encode_bucketed(self.encode_questions, _select(q_inputs), bucket_size) if q_inputs is not None else None
         p = encode_bucketed(self.encode_passages, _select(p_inputs), bucket_size) if p_inputs is not None else None
         return q, p
+
+
+def _trained_key(key: str) -> bool:
+    """A LoRA bi-encoder's own weights: its adapters (peft names them ``lora_*``) and projections."""
+    return ".lora_" in key or key.split(".", 1)[0] in ("question_projection", "passage_projection")
+
+
+def _base_weights_not_missing(module: nn.Module, incompatible: Any) -> None:
+    """A LoRA bi-encoder's load_state_dict hook: the frozen base's weights are not missing (see ``state_dict``)."""
+    for key in [k for k in incompatible.missing_keys if ".lora_" not in k and "_projection." not in k
+                and ("question_encoder." in k or "passage_encoder." in k)]:
+        incompatible.missing_keys.remove(key)
 
 
 def _select(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -12,14 +12,17 @@ rule), and returned in the caller's order.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from dpr.models.biencoder import BiEncoder
+from dpr.models.protocol import unwrap_encoder
 from dpr.trainkit.precision import autocast_context
+
+if TYPE_CHECKING:
+    from dpr.models.token_cache import TokenTable
 
 log = logging.getLogger(__name__)
 
@@ -119,12 +122,8 @@ def batch_positions(texts: Sequence[str], titles: Sequence[str] | None, batch_si
                           batch_size, sort_by_length)
 
 
-def _unwrap(model: nn.Module) -> BiEncoder:
-    while not isinstance(model, BiEncoder) and isinstance(getattr(model, "module", None), nn.Module):
-        model = model.module
-    if not isinstance(model, BiEncoder):
-        raise TypeError(f"expected a BiEncoder, got {type(model).__name__}")
-    return model
+def _unwrap(model: nn.Module) -> nn.Module:
+    return unwrap_encoder(model)  # the dense encoder inside any DDP wrapper (TypeError when there is none)
 
 
 def iter_encode_batches(
@@ -140,6 +139,7 @@ def iter_encode_batches(
     progress: bool = False,
     length_sort: str = "tokens",
     runner: Callable[..., torch.Tensor] | None = None,
+    tokens: "TokenTable | None" = None,
 ) -> Iterator[tuple[list[int], torch.Tensor]]:
     """Yield ``(positions, vectors)`` per batch: row k of ``vectors`` (float32, CPU) encodes
     ``texts[positions[k]]``. Batches come in length order, not input order (see :func:`encode_texts`).
@@ -150,6 +150,8 @@ def iter_encode_batches(
     apply to it. ``length_sort`` (:data:`LENGTH_SORTS`): ``tokens`` tokenizes every text once up front and
     batches them by token count; ``chars`` by characters, tokenizing batch by batch (sentence-transformers'
     rule); ``none`` in input order. The vectors are the same up to rounding; only the padding differs.
+    ``tokens``: the texts' token ids, tokenised once (`dpr.models.token_cache`, made with this tower's max length
+    and prefix): batched by token count from it without calling the tokenizer (where it lacks a text, as without).
     """
     if tower not in TOWERS:
         raise ValueError(f"tower must be one of {TOWERS}, got {tower!r}")
@@ -173,7 +175,7 @@ def iter_encode_batches(
     try:
         with tqdm(total=len(texts), desc=f"encode {tower}s", unit="text", disable=not progress) as bar:
             for idx, batch in padded_batches(tokenizer, texts, titles, batch_size, max_length,
-                                              bi.config.prefix(tower), length_sort):
+                                              bi.config.prefix(tower), length_sort, tokens):
                 inputs = {k: batch[k].to(dev) for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
                 # Grad/autocast modes are thread-wide: enter them per batch, never across the yield,
                 # or they would leak into the consumer's code while this generator is suspended.
@@ -188,9 +190,17 @@ def iter_encode_batches(
 
 
 def padded_batches(tokenizer: Any, texts: Sequence[str], titles: Sequence[str] | None, batch_size: int,
-                    max_length: int, prefix: str, length_sort: str) -> Iterator[tuple[list[int], dict]]:
+                    max_length: int, prefix: str, length_sort: str,
+                    tokens: "TokenTable | None" = None) -> Iterator[tuple[list[int], dict]]:
     """``(positions, padded inputs)`` per batch, in encoding order: the batches :func:`iter_encode_batches`
-    feeds the tower (``prefix`` already the tower's; ``length_sort`` as there)."""
+    feeds the tower (``prefix`` already the tower's; ``length_sort`` and ``tokens`` as there)."""
+    rows = tokens.rows(texts, titles) if tokens is not None and length_sort == "tokens" else None
+    if rows is not None:  # the same batches as below (chunk by chunk), padded from the cached ids
+        for start in range(0, len(rows), TOKENIZE_CHUNK):
+            chunk = rows[start:start + TOKENIZE_CHUNK]
+            for idx in length_batches(tokens.lengths(chunk).tolist(), batch_size):
+                yield [start + i for i in idx], tokens.pad([chunk[i] for i in idx])
+        return
     if length_sort != "tokens":
         for idx in batch_positions(texts, titles, batch_size, length_sort != "none"):
             yield idx, tokenize_batch(tokenizer, [texts[i] for i in idx],
@@ -217,18 +227,19 @@ def encode_texts(
     progress: bool = False,
     runner: Callable[..., torch.Tensor] | None = None,
     length_sort: str = "tokens",
+    tokens: "TokenTable | None" = None,
 ) -> torch.Tensor:
     """Encode ``texts`` with the question or passage tower: float32 ``[N, D]`` on the CPU, input order.
 
     ``max_length`` defaults to the config's length for the tower; ``autocast`` as in
     :func:`dpr.trainkit.precision.autocast_dtype`; ``titles`` (passages) are encoded as (title, text) pairs;
-    ``runner`` and ``length_sort`` as in :func:`iter_encode_batches`.
+    ``runner``, ``length_sort`` and ``tokens`` (token ids cached once) as in :func:`iter_encode_batches`.
     """
     bi = _unwrap(model)
     out = torch.empty((len(texts), bi.dim), dtype=torch.float32)
     for idx, vecs in iter_encode_batches(
         bi, tokenizer, texts, tower, batch_size, max_length, device, autocast, titles, progress,
-        length_sort=length_sort, runner=runner,
+        length_sort=length_sort, runner=runner, tokens=tokens,
     ):
         out[torch.as_tensor(idx, dtype=torch.long)] = vecs
     return out

@@ -1,15 +1,9 @@
 """Building, saving and loading bi-encoders, and safetensors weight round trips for checkpoints.
 
-A saved bi-encoder directory::
-
-    out_dir/
-      question_encoder/       HF save_pretrained (safetensors) + tokenizer: AutoModel/AutoTokenizer load it
-      passage_encoder/        the same for the passage tower (a copy of the question tower when shared)
-      projection.safetensors  only with a projection: question.{weight,bias} [, passage.{weight,bias}]
-      biencoder.json          {"format": "dpr.biencoder", "version": 1, "config": BiEncoderConfig}
-
-Each item is written aside and renamed into place; ``biencoder.json`` is removed first and
-written last, so a directory is a loadable run only once every part is complete.
+The directory layout is `dpr.models.run_format`'s (documented there). Each item is written aside and renamed
+into place; ``biencoder.json`` is removed first and written last, so a directory is a loadable run only once
+every part is complete. The towers are any Hugging Face backbone (`dpr.models.backbone`), optionally with LoRA
+adapters (`dpr.models.lora`).
 """
 
 from __future__ import annotations
@@ -20,50 +14,54 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from dpr.atomic import atomic_path, write_json_atomic
 from dpr.errors import DataError
+from dpr.models.backbone import load_tokenizer, load_tower
 from dpr.models.biencoder import BiEncoder, BiEncoderConfig
 from dpr.models.hub import resolve_model_name
+from dpr.models.lora import LoraSettings, apply_lora, base_fingerprint, load_adapters
 from dpr.models.pooling import detect_pooling
+from dpr.models.protocol import find_encoder, is_encoder
+from dpr.models.run_format import (
+    CONFIG_FILE,
+    FORMAT,
+    FORMAT_VERSION,
+    PASSAGE_DIR,
+    PROJECTION_FILE,
+    QUESTION_DIR,
+    is_run_dir,
+    model_marker,
+)
 
 log = logging.getLogger(__name__)
 
-CONFIG_FILE = "biencoder.json"
-PROJECTION_FILE = "projection.safetensors"
-QUESTION_DIR = "question_encoder"
-PASSAGE_DIR = "passage_encoder"
-FORMAT = "dpr.biencoder"
-FORMAT_VERSION = 1
+__all__ = ["CONFIG_FILE", "PASSAGE_DIR", "PROJECTION_FILE", "QUESTION_DIR", "build_biencoder", "is_biencoder_dir",
+           "load_biencoder", "load_weights", "read_biencoder_config", "save_biencoder", "save_weights"]
 # Settings that change how inputs are cut or how scores are scaled, not what the trained weights
 # compute (temperature rescales scores without changing any ranking).
-_RUNTIME_KEYS = {"question_max_length", "passage_max_length", "temperature", "attn_implementation"}
+# The backbone's weights dtype, checkpointing and padding side change memory and speed, not the vectors' meaning.
+_RUNTIME_KEYS = {"question_max_length", "passage_max_length", "temperature", "attn_implementation", "dtype",
+                 "gradient_checkpointing", "padding_side"}
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The BiEncoder inside a DistributedDataParallel (or similar ``.module``) wrapper."""
-    while not isinstance(model, BiEncoder) and isinstance(getattr(model, "module", None), nn.Module):
-        model = model.module
-    return model
+_unwrap = find_encoder  # the model inside a DistributedDataParallel (or similar ``.module``) wrapper
+_FINGERPRINTS: dict[tuple[str, float], str | None] = {}
 
 
-def _load_encoder(path: str | Path, attn_implementation: str = "auto") -> nn.Module:
-    """An HF encoder in float32 (transformers 5 would otherwise keep a half-precision checkpoint's dtype)."""
-    import transformers
-    from transformers import AutoModel
-
-    key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    attn = {} if attn_implementation == "auto" else {"attn_implementation": attn_implementation}
-    return AutoModel.from_pretrained(str(path), **attn, **{key: torch.float32})
+def _load_encoder(path: str | Path, cfg: BiEncoderConfig) -> nn.Module:
+    return load_tower(path, cfg.attn_implementation, cfg.dtype, cfg.gradient_checkpointing)
 
 
-def _load_tokenizer(path: str | Path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(path))
+def _fingerprint(base: str) -> str | None:
+    """:func:`dpr.models.lora.base_fingerprint` of the base ``base`` resolves to, hashed once per process."""
+    path = Path(resolve_model_name(base))
+    key = (str(path), path.stat().st_mtime if path.exists() else 0.0)
+    if key not in _FINGERPRINTS:
+        _FINGERPRINTS[key] = base_fingerprint(path)
+    return _FINGERPRINTS[key]
 
 
 def build_biencoder(cfg: BiEncoderConfig) -> tuple[BiEncoder, Any]:
@@ -74,11 +72,14 @@ def build_biencoder(cfg: BiEncoderConfig) -> tuple[BiEncoder, Any]:
     eval mode (like ``from_pretrained``); call ``.train()`` to fine-tune.
     """
     path = resolve_model_name(cfg.name)
-    question = _load_encoder(path, cfg.attn_implementation)
+    question = _load_encoder(path, cfg)
     passage = None if cfg.shared else copy.deepcopy(question)
+    if cfg.lora is not None:  # adapters drawn from torch's global RNG, question tower first
+        question = apply_lora(question, cfg.lora)
+        passage = None if passage is None else apply_lora(passage, cfg.lora)
     model = BiEncoder(cfg, question, passage)
     model.eval()
-    return model, _load_tokenizer(path)
+    return model, load_tokenizer(path, cfg.pooling, cfg.padding_side, decoder=model.decoder)
 
 
 def save_biencoder(model: nn.Module, tokenizer: Any, out_dir: str | Path) -> Path:
@@ -87,8 +88,8 @@ def save_biencoder(model: nn.Module, tokenizer: Any, out_dir: str | Path) -> Pat
     Under DDP call it on the main rank only. Other files already in ``out_dir`` are left alone.
     """
     model = _unwrap(model)
-    if not isinstance(model, BiEncoder):
-        raise TypeError(f"save_biencoder needs a BiEncoder, got {type(model).__name__}")
+    if not is_encoder(model):
+        raise TypeError(f"save_biencoder needs a dense encoder (dpr.models.DenseEncoder), got {type(model).__name__}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # Invalidate first: an interrupted overwrite must not look like a complete model.
@@ -108,19 +109,22 @@ def save_biencoder(model: nn.Module, tokenizer: Any, out_dir: str | Path) -> Pat
     else:
         (out / PROJECTION_FILE).unlink(missing_ok=True)
 
-    write_json_atomic(out / CONFIG_FILE, {"format": FORMAT, "version": FORMAT_VERSION, "config": model.config.to_dict()})
+    doc = {"format": FORMAT, "version": FORMAT_VERSION, "config": model.config.to_dict()}
+    if model.config.lora is not None:  # the towers hold adapters only: record which base they go on
+        doc["base_fingerprint"] = _fingerprint(model.config.name)
+    write_json_atomic(model_marker(out), doc)
     log.info("saved bi-encoder to %s", out)
     return out
 
 
 def is_biencoder_dir(path: str | Path) -> bool:
     """True for a directory written by :func:`save_biencoder`."""
-    return (Path(path) / CONFIG_FILE).is_file()
+    return is_run_dir(path)
 
 
 def read_biencoder_config(path: str | Path) -> BiEncoderConfig:
     """The validated :class:`BiEncoderConfig` of a saved run directory."""
-    cfg_path = Path(path) / CONFIG_FILE
+    cfg_path = model_marker(path)
     try:
         doc = json.loads(cfg_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -142,6 +146,8 @@ def _load_saved(path: Path, overrides: dict[str, Any]) -> tuple[BiEncoder, Any]:
     for key, value in overrides.items():
         if key == "name":
             continue  # the saved name records the base model; the weights come from `path`
+        if key == "lora":
+            value = LoraSettings.coerce(value)
         if key in _RUNTIME_KEYS:
             setattr(cfg, key, value)
         elif getattr(cfg, key, object()) != value:
@@ -149,11 +155,15 @@ def _load_saved(path: Path, overrides: dict[str, Any]) -> tuple[BiEncoder, Any]:
                 f"{path}: trained with {key}={getattr(cfg, key, None)!r}; cannot load it with {key}={value!r}"
             )
     cfg = BiEncoderConfig.from_dict(cfg.to_dict())  # re-validate overridden values
+    marker = "adapter_config.json" if cfg.lora is not None else "config.json"
     for sub in (QUESTION_DIR,) if cfg.shared else (QUESTION_DIR, PASSAGE_DIR):
-        if not (path / sub / "config.json").is_file():
+        if not (path / sub / marker).is_file():
             raise FileNotFoundError(f"{path / sub}: missing tower (incomplete bi-encoder directory)")
-    question = _load_encoder(path / QUESTION_DIR, cfg.attn_implementation)
-    passage = None if cfg.shared else _load_encoder(path / PASSAGE_DIR, cfg.attn_implementation)
+    if cfg.lora is not None:
+        question, passage = _load_adapted(path, cfg)
+    else:
+        question = _load_encoder(path / QUESTION_DIR, cfg)
+        passage = None if cfg.shared else _load_encoder(path / PASSAGE_DIR, cfg)
     model = BiEncoder(cfg, question, passage)
     if cfg.projection_dim:
         proj_path = path / PROJECTION_FILE
@@ -170,7 +180,20 @@ def _load_saved(path: Path, overrides: dict[str, Any]) -> tuple[BiEncoder, Any]:
             except RuntimeError as err:
                 raise DataError(proj_path, str(err).splitlines()[0], field=prefix) from None
     model.eval()
-    return model, _load_tokenizer(path / QUESTION_DIR)
+    return model, load_tokenizer(path / QUESTION_DIR, cfg.pooling, cfg.padding_side, decoder=model.decoder)
+
+
+def _load_adapted(path: Path, cfg: BiEncoderConfig) -> tuple[nn.Module, nn.Module | None]:
+    """The towers of a LoRA run: the base model ``cfg.name`` (checked against the recorded fingerprint) with each
+    tower's saved adapters."""
+    recorded = json.loads(model_marker(path).read_text(encoding="utf-8")).get("base_fingerprint")
+    found = _fingerprint(cfg.name)
+    if recorded and found and recorded != found:
+        raise DataError(model_marker(path), f"the adapters were trained on another {cfg.name!r} (base fingerprint "
+                        f"{recorded[:12]}, found {found[:12]})", field="base_fingerprint")
+    base = _load_encoder(resolve_model_name(cfg.name), cfg)
+    passage = None if cfg.shared else load_adapters(copy.deepcopy(base), path / PASSAGE_DIR)
+    return load_adapters(base, path / QUESTION_DIR), passage
 
 
 def load_biencoder(path_or_name: str | Path, **overrides: Any) -> tuple[BiEncoder, Any]:

@@ -1,4 +1,6 @@
-"""Turning token states into one vector: CLS (DPR's choice) or masked mean (sentence-transformers')."""
+"""Turning token states into one vector: CLS (DPR's choice), masked mean (sentence-transformers'), or the last
+real token (decoder-only LLM embedders: ``last``; ``eos`` is the same pooling over inputs that end in an appended
+EOS token, as RepLLaMA and e5-mistral train, see `dpr.models.eos_tokenizer`)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import torch
 
 log = logging.getLogger(__name__)
 
-POOLING_MODES = ("cls", "mean")
+POOLING_MODES = ("cls", "mean", "last", "eos")
+# Poolings that read the last real token: the tokenizer must not cut it off, and decoders pad on the left.
+LAST_TOKEN_POOLINGS = ("last", "eos")
 
 
 def cls_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -27,11 +31,24 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return summed / counts
 
 
-_POOLERS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"cls": cls_pool, "mean": mean_pool}
+def last_token_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The state of each row's last real token, under right or left padding (or none).
+
+    The position is the last 1 of the attention mask, found per row, so the same text gives the same
+    vector whichever side its batch was padded on (a causal model's last token has seen the whole input).
+    """
+    length = attention_mask.shape[1]
+    # argmax finds the first maximum: over the flipped mask that is the last real token
+    last = (length - 1) - attention_mask.flip(dims=[1]).to(torch.int64).argmax(dim=1)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last.to(hidden.device)]
+
+
+_POOLERS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "cls": cls_pool, "mean": mean_pool, "last": last_token_pool, "eos": last_token_pool}
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
-    """``[B, L, H]`` token states -> ``[B, H]`` by ``mode`` ("cls" or "mean")."""
+    """``[B, L, H]`` token states -> ``[B, H]`` by ``mode`` (one of :data:`POOLING_MODES`)."""
     try:
         fn = _POOLERS[mode]
     except KeyError:
@@ -43,7 +60,7 @@ def detect_pooling(model_path: str | Path) -> str | None:
     """The pooling a sentence-transformers model directory was trained with, or None if not one.
 
     Reads ``modules.json`` to find the Pooling module's folder (``1_Pooling`` conventionally) and
-    its ``config.json``. Returns "mean" or "cls"; None for plain HF models, hub names that are
+    its ``config.json``. Returns "mean", "cls" or "last"; None for plain HF models, hub names that are
     not local directories, or pooling modes this package does not implement (e.g. max).
     """
     root = Path(model_path)
@@ -72,6 +89,8 @@ def detect_pooling(model_path: str | Path) -> str | None:
             return "mean"
         if cfg.get("pooling_mode_cls_token"):
             return "cls"
+        if cfg.get("pooling_mode_lasttoken"):
+            return "last"
         if cfg.get("pooling_mode") in POOLING_MODES:
             return cfg["pooling_mode"]
         return None

@@ -27,7 +27,9 @@ What a batch is (the choices, in one place):
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Sequence
 
@@ -38,6 +40,7 @@ from dpr.data.retriever_json import read_retriever_json, relevant_ids
 from dpr.errors import DataError
 from dpr.losses import PairMasks
 from dpr.training.masks import pair_masks
+from dpr.training.train_tokens import TrainTokens, collate_from
 
 log = logging.getLogger(__name__)
 
@@ -307,65 +310,48 @@ def collate(
 class TrainBatches:
     """This rank's batches of one epoch, from a given position (resume skips the batches already done).
 
-    Iterates ``(batch_in_epoch, q_inputs, p_inputs)``. Everything is derived from (seed, epoch), so a
-    resumed run sees exactly the batches an uninterrupted run would.
+    Iterates :class:`Batch`. Everything is derived from (seed, epoch), so a resumed run sees exactly the batches an
+    uninterrupted run would, and a batch built ahead in another thread (`dpr.training.loader`) is the batch built
+    inline. Takes its settings whole: the batching keys of the typed ``TrainConfig`` (``tc``: ``batch_size``,
+    ``hard_negatives``, ``shuffle``, ``shuffle_positives``, ``shuffle_hard_negatives``, ``dedup_positives``,
+    ``topic_batches``), the lengths and prefixes of the model's ``BiEncoderConfig`` (``model_cfg``); the keywords
+    are what the run resolved (``multi_positive`` from ``auto``, ``mask_answers`` for QA data, the loss's teacher,
+    the token ids of the training file: `dpr.training.train_tokens`, without which each batch is tokenised).
     """
 
     def __init__(
         self,
         examples: Sequence[dict],
         tokenizer,
+        tc: Any,
+        model_cfg: Any,
         *,
-        batch_size: int,
-        hard_negatives: int,
-        question_max_length: int,
-        passage_max_length: int,
         seed: int,
         rank: int = 0,
         world_size: int = 1,
-        shuffle: bool = True,
-        shuffle_positives: bool = False,
-        shuffle_hard_negatives: bool = True,
-        dedup_positives: bool = True,
-        topic_batches: bool = False,
         multi_positive: bool = False,
         mask_answers: bool = True,
         teacher=None,
-        question_prefix: str = "",
-        passage_prefix: str = "",
+        tokens: "TrainTokens | None" = None,
     ) -> None:
         self.examples = examples
-        self.prefixes = {"question_prefix": question_prefix, "passage_prefix": passage_prefix}  # the model's
+        self.prefixes = {"question_prefix": model_cfg.question_prefix,
+                         "passage_prefix": model_cfg.passage_prefix}  # the model's
         self.teacher = teacher  # e.g. dpr.training.teacher.BM25Teacher: fills masks.teacher
         self.multi_positive, self.mask_answers = multi_positive, mask_answers
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.hard_negatives = hard_negatives
-        self.q_len, self.p_len = question_max_length, passage_max_length
+        self.tokenizer, self.tokens = tokenizer, tokens
+        self.batch_size = tc.batch_size
+        self.hard_negatives = tc.hard_negatives
+        self.q_len, self.p_len = model_cfg.question_max_length, model_cfg.passage_max_length
         self.seed, self.rank, self.world_size = seed, rank, world_size
-        self.shuffle, self.shuffle_positives = shuffle, shuffle_positives
-        self.shuffle_hard_negatives, self.dedup_positives = shuffle_hard_negatives, dedup_positives
-        self.topics = [positive_topic(ex) for ex in examples] if topic_batches else None
-        self.pool = NegativePool(examples) if hard_negatives > 0 else None
+        self.shuffle, self.shuffle_positives = tc.shuffle, tc.shuffle_positives
+        self.shuffle_hard_negatives, self.dedup_positives = tc.shuffle_hard_negatives, tc.dedup_positives
+        self.topics = [positive_topic(ex) for ex in examples] if tc.topic_batches else None
+        self.pool = NegativePool(examples) if self.hard_negatives > 0 else None
         if rank == 0:
-            warn_topped_up(examples, hard_negatives)
+            warn_topped_up(examples, self.hard_negatives)
         self._cache: dict[int, list[list[int]]] = {}
-
-    @classmethod
-    def from_config(cls, examples: Sequence[dict], tokenizer, tc: Any, model_cfg: Any, *, seed: int, rank: int = 0,
-                    world_size: int = 1, multi_positive: bool = False, mask_answers: bool = True,
-                    teacher=None) -> "TrainBatches":
-        """The batches of a run as ``dpr-train`` builds them: the batching keys from the typed ``TrainConfig``
-        (``tc``), lengths and prefixes from the model's ``BiEncoderConfig``; the arguments are what the run
-        resolved (``multi_positive`` from ``auto``, ``mask_answers`` for QA data, the loss's teacher)."""
-        return cls(
-            examples, tokenizer, batch_size=tc.batch_size, hard_negatives=tc.hard_negatives,
-            question_max_length=model_cfg.question_max_length, passage_max_length=model_cfg.passage_max_length,
-            seed=seed, rank=rank, world_size=world_size, shuffle=tc.shuffle, shuffle_positives=tc.shuffle_positives,
-            shuffle_hard_negatives=tc.shuffle_hard_negatives, dedup_positives=tc.dedup_positives,
-            topic_batches=tc.topic_batches, multi_positive=multi_positive, mask_answers=mask_answers,
-            teacher=teacher, question_prefix=model_cfg.question_prefix, passage_prefix=model_cfg.passage_prefix,
-        )
+        self._local = threading.local()
 
     def global_batches(self, epoch: int) -> list[list[int]]:
         if epoch not in self._cache:
@@ -403,11 +389,32 @@ class TrainBatches:
             masks.teacher = self.teacher.scores([q["question"] for q in questions], ids)
         return masks
 
+    def collate(self, items: Sequence[TrainItem], passages: bool = True
+                ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
+        """The items' padded inputs: from the token ids where they hold every text, else by the tokenizer
+        (:func:`collate`; the same tensors either way)."""
+        if self.tokens is not None:
+            done = collate_from(self.tokens, [it.question for it in items],
+                                [c for it in items for c in it.passages] if passages else None)
+            if done is not None:
+                return done
+        return collate(items, self._tokenizer_here(), self.q_len, self.p_len, passages=passages, **self.prefixes)
+
+    def _tokenizer_here(self):
+        """The tokenizer for this thread: a fast tokenizer's truncation state is set per call, and two threads
+        calling one tokenizer with different lengths fail ("Already borrowed"); the loader's thread gets a copy."""
+        if threading.current_thread() is threading.main_thread() or self.tokenizer is None:
+            return self.tokenizer
+        tok = getattr(self._local, "tokenizer", None)
+        if tok is None:
+            tok = self._local.tokenizer = copy.deepcopy(self.tokenizer)
+        return tok
+
     def iter_epoch(self, epoch: int, start: int = 0, passages: bool = True) -> Iterator[Batch]:
         """This rank's batches from ``start``; ``passages=False`` (frozen-index steps) skips their tokens."""
         for b in range(start, self.num_batches(epoch)):
             everyone = self.global_items(epoch, b)
             items = rank_slice(everyone, self.rank, self.world_size)
-            q, p = collate(items, self.tokenizer, self.q_len, self.p_len, passages=passages, **self.prefixes)
+            q, p = self.collate(items, passages)
             questions = [it.as_question() for it in items]
             yield Batch(b, q, p, self.masks(everyone, questions), questions)

@@ -12,11 +12,14 @@ Defaults are sized for the pipeline: squad1_open (7,983 training questions) with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Mapping
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
 from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
 from dpr.training.dev_metrics import find_metric, metric_names
 from dpr.trainkit.optim import OPTIMIZER_IMPLS  # AdamW's implementations (train.optimizer_impl)
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -58,11 +61,20 @@ class TrainConfig:
                                          # rounding differs; a run may resume under another one)
     grad_accumulation_steps: int = 1     # averages gradients over micro-batches; adds NO negatives
     grad_cache_chunk_size: int = 0       # > 0: gradient cache: the same batch and gradients in chunks
-    length_bucket_size: int = 8          # > 0: two-tower steps encode length-sorted buckets of N texts, each padded
-                                         # only to its own longest (same vectors, ~0.63x the tokens on squad1_open)
+    length_bucket_size: Any = "auto"     # > 0: two-tower steps encode length-sorted buckets of N texts, each padded
+                                         # only to its own longest (same vectors, ~0.63x the tokens on squad1_open);
+                                         # 0: one padded forward per tower; auto: the device's (bucket_size_for)
+    background_loader: bool | None = None  # null/true: batches, masks and teacher scores built in a thread ahead of
+                                         # the step (dpr/training/loader.py; the same batches); false: inline
+    token_cache: bool | None = None      # null/true: the training file tokenised once, cached beside it
+                                         # (dpr/models/token_cache.py; the same token ids); false: per batch
     attention_dropout: float | None = None  # attention-probability dropout of both towers while training (null: the
                                          # model's own; 0: no masks, SDPA's fused kernel); the saved config keeps the
                                          # model's (dpr/models/dropout.py)
+    # Matryoshka (dpr/losses/matryoshka.py): the loss summed over these prefix sizes of the vectors (e.g. [384, 192,
+    # 96, 48]; null: off), each weighted by matryoshka_weights (null: 1 each)
+    matryoshka_dims: Optional[List[int]] = None
+    matryoshka_weights: Optional[List[float]] = None
     precision: str = "auto"              # auto | fp32 | bf16 | fp16 (fp16: CUDA only, with loss scaling)
     deterministic: bool = False          # torch deterministic kernels on GPU (CPU runs are deterministic already)
     cpu_threads: int = 0                 # > 0: torch threads for the run (0: torch's default)
@@ -103,6 +115,9 @@ class TrainConfig:
         if tc.optimizer_impl not in OPTIMIZER_IMPLS:
             raise ValueError(f"train.optimizer_impl must be one of {', '.join(OPTIMIZER_IMPLS)}; got "
                              f"{tc.optimizer_impl!r}")
+        bucket = tc.length_bucket_size
+        if bucket != "auto" and (isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 0):
+            raise ValueError(f"train.length_bucket_size must be auto or an integer >= 0 (0: off); got {bucket!r}")
         if tc.multi_positive not in ("auto", True, False):
             raise ValueError(f"train.multi_positive must be auto, true or false; got {tc.multi_positive!r}")
         if not isinstance(tc.best_metric, str):
@@ -114,10 +129,22 @@ class TrainConfig:
         metric = find_metric(tc.best_metric, tc.val_topk)
         if metric is not None and metric.needs_corpus and not tc.val_corpus_topk:
             raise ValueError(f"train.best_metric={tc.best_metric} needs train.val_corpus_topk=true")
+        if tc.matryoshka_weights is not None and not tc.matryoshka_dims:
+            raise ValueError("train.matryoshka_weights needs train.matryoshka_dims (the sizes they weigh)")
+        if tc.matryoshka_dims:  # distinct sizes, one weight each
+            from dpr.losses.matryoshka import MatryoshkaLoss
+
+            MatryoshkaLoss(None, tc.matryoshka_dims, tc.matryoshka_weights)
         if tc.max_steps <= 0 and tc.epochs <= 0 and tc.frozen_steps <= 0:
             raise ValueError("zero training steps (nothing to train): set train.max_steps, train.epochs or "
                              "train.frozen_steps > 0")
         return tc
+
+    def bucket_size_for(self, device: "torch.device | str") -> int:
+        """``length_bucket_size`` on ``device``: auto = buckets of :data:`CPU_BUCKET_SIZE` rows on the CPU (what
+        every CPU run did before auto existed: the same forwards, the same numbers), one padded forward per tower
+        (0) on an accelerator, where a forward's cost hardly grows with its padding but each launch costs."""
+        return resolve_bucket_size(self.length_bucket_size, device)
 
     def multi_positive_for(self, kind: str) -> bool:
         """``multi_positive`` for a dataset of ``kind`` (qa | qrels): auto = on for qrels data, where a
@@ -159,7 +186,6 @@ TRAIN_RANGES: dict[str, Range] = {
     "max_grad_norm": Real(note="<= 0: no clipping"),
     "grad_accumulation_steps": Int(1),
     "grad_cache_chunk_size": Int(0, note="0: off"),
-    "length_bucket_size": Int(0, note="0: off"),
     "attention_dropout": Real(0, 1, hi_open=True, optional=True, note="null: the model's own"),
     "cpu_threads": Int(0, 4096, note="0: torch's default"),
     "log_every": Int(1),
@@ -175,14 +201,37 @@ TRAIN_RANGES: dict[str, Range] = {
     "teacher_denoise_margin": Real(0, note="0: drop negatives scored above the positive"),
 }
 
+CPU_BUCKET_SIZE = 8  # length_bucket_size=auto on the CPU (~0.63x the tokens of one padded forward on squad1_open)
+
+
+def resolve_bucket_size(value: Any, device: "torch.device | str") -> int:
+    """``train.length_bucket_size`` as an integer on ``device`` (see :meth:`TrainConfig.bucket_size_for`)."""
+    if value != "auto":
+        return int(value)
+    return CPU_BUCKET_SIZE if str(device).split(":")[0] == "cpu" else 0
+
+
+# Keys that never change a run's numbers (how its data is fed): left out of the run's and the stages' fingerprints.
+NOT_FINGERPRINTED = frozenset({"background_loader", "token_cache"})
+
 # Keys recorded in the run's and the pipeline stages' fingerprints only when set: runs, checkpoints and stages made
 # before a key existed stay the same run while it is null.
-RECORDED_WHEN_SET = frozenset({"attention_dropout"})
+RECORDED_WHEN_SET = frozenset({"attention_dropout", "matryoshka_dims", "matryoshka_weights"})
 
 
-def without_unset(train: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``train`` mapping as fingerprints see it: the :data:`RECORDED_WHEN_SET` keys left out while null."""
-    return {k: v for k, v in train.items() if not (k in RECORDED_WHEN_SET and v is None)}
+def without_unset(train: Mapping[str, Any], device: "torch.device | str | None" = None) -> dict[str, Any]:
+    """A ``train`` mapping as fingerprints see it: the :data:`RECORDED_WHEN_SET` keys left out while null, the
+    :data:`NOT_FINGERPRINTED` ones always, and ``length_bucket_size=auto`` as the integer it is on ``device`` (this
+    process's device where None): on the CPU 8, as recorded before auto existed, so those runs and stages stay."""
+    out = {k: v for k, v in train.items()
+           if not (k in RECORDED_WHEN_SET and v is None) and k not in NOT_FINGERPRINTED}
+    if out.get("length_bucket_size") == "auto":
+        if device is None:
+            from dpr.distributed import device as this_device
+
+            device = this_device()
+        out["length_bucket_size"] = resolve_bucket_size("auto", device)
+    return out
 
 
 def register_schema() -> None:

@@ -33,6 +33,7 @@ from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.corpus_reuse import CorpusVectors, OnSaved, check_start_vectors
 from dpr.training.batching import TrainBatches, load_examples
 from dpr.training.steps import make_step
+from dpr.training.train_tokens import train_tokens
 from dpr.training.trainer import Trainer, TrainState
 from dpr.training.resume import find_resume, run_fingerprint
 from dpr.training.teacher import prepare_teacher
@@ -118,14 +119,23 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     precision = resolve_precision(tc.precision, device, training=True)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     loss = build_loss(conf.get("loss"))
+    if tc.matryoshka_dims:  # the loss over nested prefixes of the vectors
+        from dpr.losses.matryoshka import MatryoshkaLoss
+
+        loss = MatryoshkaLoss(loss, tc.matryoshka_dims, tc.matryoshka_weights)
     # the loss's teacher (BM25 or a scores file) and, with train.teacher_denoise, the denoised examples
     run_teacher = prepare_teacher(loss, tc, paths.root, paths.passages, train_file, train_examples, write_counts=main,
                                   bm25=conf.get("bm25"))  # the run's bm25.* (BM25Config): the BM25 teacher's index
     teacher, train_examples = run_teacher.teacher, run_teacher.examples
 
-    batches = TrainBatches.from_config(train_examples, tokenizer, tc, mcfg, seed=seed, rank=rank, world_size=world,
-                                       multi_positive=resolved["multi_positive"],
-                                       mask_answers=tc.mask_answers and kind == "qa", teacher=teacher)
+    tokens = None
+    if tc.token_cache is not False:  # tokenised once, cached beside the file (rank 0 writes it)
+        tokens = train_tokens(train_examples, tokenizer, train_file, question_max_length=mcfg.question_max_length,
+                              passage_max_length=mcfg.passage_max_length, question_prefix=mcfg.question_prefix,
+                              passage_prefix=mcfg.passage_prefix, write=main)
+    batches = TrainBatches(train_examples, tokenizer, tc, mcfg, seed=seed, rank=rank, world_size=world,
+                           multi_positive=resolved["multi_positive"], mask_answers=tc.mask_answers and kind == "qa",
+                           teacher=teacher, tokens=tokens)
     accum = tc.grad_accumulation_steps
     total = _total_steps(batches, tc)
     if batches.num_batches(0) < accum:
@@ -170,7 +180,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
                                               broadcast_buffers=False, find_unused_parameters=unused)
     trainer = Trainer(
         model=model, train_model=train_model, tokenizer=tokenizer, loss=loss,
-        step_fn=make_step(tc.grad_cache_chunk_size, tc.length_bucket_size),
+        step_fn=make_step(tc.grad_cache_chunk_size, tc.bucket_size_for(device)),
         batches=batches, validator=validator, optimizer=optimizer, scheduler=scheduler, scaler=scaler, tc=tc, out=out,
         total_steps=total, device=device, autocast=autocast_factory(device, precision), corpus=corpus,
         state=TrainState(fingerprint=fingerprint), encode_autocast=val_autocast,

@@ -34,6 +34,7 @@ from dpr.training.config import TrainConfig
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.batching import TrainBatches
 from dpr.training.health import HealthWatch
+from dpr.training.loader import batch_stream
 from dpr.training.steps import bind_loss, frozen_index_step, optimizer_step
 from dpr.training.validation import Validator, greater_is_better
 from dpr.trainkit import checkpoint as ckpt
@@ -136,8 +137,6 @@ class Trainer:
     # ----------------------------------------------------------------- the loop
     def fit(self) -> TrainState:
         tc, st = self.tc, self.state
-        accum = tc.grad_accumulation_steps
-        world = dist.world_size()
         pbar = tqdm(total=self.total_steps, initial=st.step, desc="train", unit="step", disable=not self.main,
                     dynamic_ncols=True)
         outputs: list = []
@@ -150,50 +149,65 @@ class Trainer:
             while st.step < self.total_steps:
                 frozen = st.step < tc.frozen_steps
                 num_batches = self.batches.num_batches(st.epoch)
-                it = self.batches.iter_epoch(st.epoch, start=st.batch_in_epoch, passages=not frozen)
-                while st.batch_in_epoch + accum <= num_batches and st.step < self.total_steps:
-                    if (st.step < tc.frozen_steps) != frozen:
-                        break  # the phase changed: re-open the epoch's iterator with (or without) passages
-                    started = time.perf_counter()
-                    outputs.clear()
-                    micro = []
-                    for _ in range(accum):
-                        batch = next(it)
-                        fn = bind_loss(self.loss, self.model.similarity, batch, corpus=self.corpus if (
-                            frozen or tc.corpus_negatives) else None, frozen=frozen, accum=accum,
-                            scaler=self.scaler, outputs=outputs)
-                        micro.append((batch.q_inputs, batch.p_inputs, fn))
-                    lr, grad_norm = optimizer_step(
-                        self.train_model, micro, step_fn=frozen_index_step if frozen else self.step_fn,
-                        autocast=self.autocast, optimizer=self.optimizer, scheduler=self.scheduler,
-                        scaler=self.scaler, max_grad_norm=tc.max_grad_norm, device=self.device)
-                    check_step_finite(st.step + 1, dist.reduce_mean(torch.stack([o.loss.detach().float()
-                                                                                 for o in outputs]).sum()),
-                                      grad_norm, self.model, lr=lr, scaled=self.scaler.is_enabled())
-                    st.step += 1
-                    self.health.after_step(st.step, float(np.mean([o.loss.item() for o in outputs])),
-                                           float(np.mean([o.accuracy for o in outputs])))
-                    st.batch_in_epoch += accum
-                    epoch_done = st.batch_in_epoch + accum > num_batches
-                    if epoch_done:
-                        st.epoch, st.batch_in_epoch = st.epoch + 1, 0
-                    seconds = time.perf_counter() - started
-                    st.train_seconds += seconds
-                    self._log_step(outputs, lr, grad_norm, tc.batch_size * world * accum / seconds,
-                                   st.epoch + st.batch_in_epoch / max(1, num_batches), frozen, pbar)
-                    pbar.update(1)
-                    if self.validator and (epoch_done or st.step == self.total_steps
-                                           or (tc.eval_every and st.step % tc.eval_every == 0)):
-                        self.validate()
-                    if tc.corpus_refresh_every and st.step % tc.corpus_refresh_every == 0 and self._needs_corpus(st.step):
-                        self.refresh_corpus()
-                    if tc.save_every > 0 and (st.step % tc.save_every == 0 or st.step == self.total_steps):
-                        self.save_checkpoint()
-                    if epoch_done:
-                        break
+                it = batch_stream(self.batches, st.epoch, st.batch_in_epoch, not frozen, device=self.device,
+                                  background=tc.background_loader is not False)
+                try:
+                    self._steps_of_epoch(it, num_batches, frozen, outputs, pbar)
+                finally:
+                    if hasattr(it, "close"):
+                        it.close()  # stop the loader's thread: it may be building batches this loop will not take
         finally:
             pbar.close()
         return st
+
+    def _steps_of_epoch(self, it, num_batches: int, frozen: bool, outputs: list, pbar) -> None:
+        """Optimizer steps from ``it`` until the epoch or the phase (frozen-index / two-tower) ends."""
+        tc, st = self.tc, self.state
+        accum = tc.grad_accumulation_steps
+        world = dist.world_size()
+        while st.batch_in_epoch + accum <= num_batches and st.step < self.total_steps:
+            if (st.step < tc.frozen_steps) != frozen:
+                return  # the phase changed: re-open the epoch's iterator with (or without) passages
+            started = time.perf_counter()
+            data_wait = 0.0  # the training thread waiting for its batches (the loader's share left on it)
+            outputs.clear()
+            micro = []
+            for _ in range(accum):
+                waited = time.perf_counter()
+                batch = next(it)
+                data_wait += time.perf_counter() - waited
+                fn = bind_loss(self.loss, self.model.similarity, batch, corpus=self.corpus if (
+                    frozen or tc.corpus_negatives) else None, frozen=frozen, accum=accum,
+                    scaler=self.scaler, outputs=outputs)
+                micro.append((batch.q_inputs, batch.p_inputs, fn))
+            lr, grad_norm = optimizer_step(
+                self.train_model, micro, step_fn=frozen_index_step if frozen else self.step_fn,
+                autocast=self.autocast, optimizer=self.optimizer, scheduler=self.scheduler,
+                scaler=self.scaler, max_grad_norm=tc.max_grad_norm, device=self.device)
+            check_step_finite(st.step + 1, dist.reduce_mean(torch.stack([o.loss.detach().float()
+                                                                         for o in outputs]).sum()),
+                              grad_norm, self.model, lr=lr, scaled=self.scaler.is_enabled())
+            st.step += 1
+            self.health.after_step(st.step, float(np.mean([o.loss.item() for o in outputs])),
+                                   float(np.mean([o.accuracy for o in outputs])))
+            st.batch_in_epoch += accum
+            epoch_done = st.batch_in_epoch + accum > num_batches
+            if epoch_done:
+                st.epoch, st.batch_in_epoch = st.epoch + 1, 0
+            seconds = time.perf_counter() - started
+            st.train_seconds += seconds
+            self._log_step(outputs, lr, grad_norm, tc.batch_size * world * accum / seconds,
+                           st.epoch + st.batch_in_epoch / max(1, num_batches), frozen, pbar, data_wait)
+            pbar.update(1)
+            if self.validator and (epoch_done or st.step == self.total_steps
+                                   or (tc.eval_every and st.step % tc.eval_every == 0)):
+                self.validate()
+            if tc.corpus_refresh_every and st.step % tc.corpus_refresh_every == 0 and self._needs_corpus(st.step):
+                self.refresh_corpus()
+            if tc.save_every > 0 and (st.step % tc.save_every == 0 or st.step == self.total_steps):
+                self.save_checkpoint()
+            if epoch_done:
+                return
 
     # ----------------------------------------------------------------- pieces
     def _needs_corpus(self, step: int) -> bool:
@@ -269,12 +283,13 @@ class Trainer:
         log.info("resumed from %s (step %d, epoch %d, batch %d)", resume_dir, st.step, st.epoch, st.batch_in_epoch)
 
     def _log_step(self, outputs: list, lr: float, grad_norm: float, examples_per_s: float, epoch: float,
-                  frozen: bool, pbar) -> None:
+                  frozen: bool, pbar, data_wait: float = 0.0) -> None:
         tc, st = self.tc, self.state
         if not (st.step % tc.log_every == 0 or st.step == self.total_steps or st.step % tc.print_every == 0):
             return
         row = step_row(outputs, lr, grad_norm, examples_per_s, epoch)
         row["frozen"] = frozen
+        row["data_wait_ms"] = round(1e3 * data_wait, 3)
         st.last_train = row
         if self.logger and (st.step % tc.log_every == 0 or st.step == self.total_steps):
             self.logger.log_train(st.step, row)

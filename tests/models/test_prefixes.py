@@ -64,14 +64,15 @@ def test_encoding_applies_the_models_prefixes(tiny_model_dir):
 
 def test_training_batches_carry_the_prefixes(tiny_model_dir, tiny_data_dir):
     from dpr.models import load_biencoder
-    from dpr.training.batching import TrainBatches, load_examples
+    from dpr.training.batching import load_examples
+    from tests.training.helpers import train_batches
 
     _, tok = load_biencoder(str(tiny_model_dir))
     examples = load_examples(tiny_data_dir / "tiny" / "train.json")
     kw = dict(batch_size=4, hard_negatives=1, question_max_length=32, passage_max_length=64, seed=3)
-    plain = next(TrainBatches(examples, tok, **kw).iter_epoch(0))
-    prefixed = next(TrainBatches(examples, tok, question_prefix="query: ", passage_prefix="passage: ", **kw).iter_epoch(0))
-    items = TrainBatches(examples, tok, **kw).items(0, 0)
+    plain = next(train_batches(examples, tok, **kw).iter_epoch(0))
+    prefixed = next(train_batches(examples, tok, question_prefix="query: ", passage_prefix="passage: ", **kw).iter_epoch(0))
+    items = train_batches(examples, tok, **kw).items(0, 0)
     want_q = tokenize_batch(tok, ["query: " + it.question for it in items], None, 32)
     ctxs = [c for it in items for c in it.passages]
     texts, titles = with_prefix([c["text"] for c in ctxs], [c.get("title") or "" for c in ctxs], "passage: ")
@@ -121,9 +122,9 @@ def test_every_model_config_passes_the_schema(name):
 
     register_schema()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        # tiny's name is required (???): a local directory the user gives
+        # the name of tiny, llama and qwen2 is required (???): a local directory or hub name the user gives
         cfg = compose(config_name="train", overrides=[f"model={name}", "data=squad1_open"]
-                      + (["model.name=/some/dir"] if name == "tiny" else []))
+                      + (["model.name=/some/dir"] if name in ("tiny", "llama", "qwen2") else []))
     check_config(cfg, SCHEMAS["train"])
     model = BiEncoderConfig.from_dict(cfg.model)
     if name == "e5_small":

@@ -128,7 +128,7 @@ def test_bench_train_json(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     assert rows["ours-padded"]["levers"] == ["train.precision=fp32", "train.length_bucket_size=0"]
     assert rows["ours"]["levers"] == ["train.precision=fp32"] and rows["sentence-transformers"]["levers"] == []
     tuned = keep_freed_memory()  # True on glibc: what dpr-train does
-    assert rows["ours"]["settings"] == {"length_bucket_size": TrainConfig().length_bucket_size,
+    assert rows["ours"]["settings"] == {"length_bucket_size": TrainConfig().bucket_size_for("cpu"),
                                         "optimizer_impl": "foreach", "malloc_tuned": tuned, "towers": "shared",
                                         "mask_answers": False}
     assert rows["ours-padded"]["settings"]["length_bucket_size"] == 0

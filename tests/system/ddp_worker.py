@@ -30,6 +30,8 @@ PASSAGES = [  # pos_i, hn_i per question (H = 1)
 ]
 PER_Q = 2
 MODEL_KW = dict(projection_dim=8, similarity="cosine", temperature=0.1)
+# --lora (tests/models/test_lora_ddp.py): a decoder with LoRA adapters, last-token pooling
+LORA_KW = dict(pooling="last", lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]})
 # Each loss runs through the same steps; hinge is the non-default one whose equalities must hold too.
 LOSSES = {"softmax_nll": {"_target_": "dpr.losses.SoftmaxNLLLoss"},
           "symmetric_nll": {"_target_": "dpr.losses.SymmetricSoftmaxNLLLoss", "passage_weight": 0.7},
@@ -67,11 +69,11 @@ def rank_masks(rank: int, world: int):
     return PairMasks(m.positive[rows], m.ignore[rows], m.teacher[rows])
 
 
-def build(model_dir: str):
+def build(model_dir: str, lora: bool = False):
     from dpr.models import BiEncoderConfig, build_biencoder
 
     torch.manual_seed(0)
-    model, tok = build_biencoder(BiEncoderConfig(name=model_dir, **MODEL_KW))
+    model, tok = build_biencoder(BiEncoderConfig(name=model_dir, **MODEL_KW, **(LORA_KW if lora else {})))
     model.eval()  # dropout off: ranks and the reference must compute the same function
     return model, tok
 
@@ -92,6 +94,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--lora", action="store_true")
     args = ap.parse_args()
 
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -105,7 +108,7 @@ def main() -> None:
     r, w = D.rank(), D.world_size()
     out = Path(args.out_dir)
 
-    model, tok = build(args.model_dir)
+    model, tok = build(args.model_dir, args.lora)
     ddp = DDP(model)
     nq = len(QUESTIONS) // w
     q, p = batch(tok, QUESTIONS[r * nq : (r + 1) * nq], PASSAGES[r * nq * PER_Q : (r + 1) * nq * PER_Q])

@@ -128,6 +128,42 @@ def test_recipe_new_model_preset_is_a_yaml_in_conf_model(tiny_model_dir, tiny_da
     assert "poolin" in proc.stderr
 
 
+def test_recipe_new_backbone_family_is_a_preset_yaml(tiny_data_dir, tmp_path):
+    """docs/extending.md "A new backbone family": a Mistral-shaped causal LM (a tiny random one, built from a config)
+    trained by the page's preset alone: a decoder (left padding, last-token pooling), the instruction, LoRA adapters."""
+    import torch
+    from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
+
+    from dpr.models.hub import default_model_path
+
+    torch.manual_seed(0)
+    base = tmp_path / "tiny_mistral"
+    tok = AutoTokenizer.from_pretrained(default_model_path())
+    tok.add_special_tokens({"eos_token": "[unused1]"})
+    MistralForCausalLM(MistralConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                                     max_position_embeddings=256)).save_pretrained(base)
+    tok.save_pretrained(base)
+    conf = tmp_path / "myconf"
+    (conf / "model").mkdir(parents=True)
+    preset = doc_block("A new backbone family", "yaml")
+    assert "\nname: /path/to/causal-lm" in "\n" + preset
+    (conf / "model" / "tiny_mistral.yaml").write_text(re.sub(r"^name: .*$", f"name: {base}", preset, count=1,
+                                                             flags=re.M))
+    _tiny_data_conf(conf)
+    out = tmp_path / "run"
+    proc = _dpr_train(["--config-dir", str(conf), *_quick(tiny_data_dir, out), "model=tiny_mistral"], tmp_path, _env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = json.loads((out / "biencoder.json").read_text())["config"]
+    assert saved["pooling"] == "last" and saved["lora"]["r"] == 8 and saved["question_prefix"].startswith("Instruct:")
+    assert (out / "question_encoder" / "adapter_model.safetensors").is_file()
+
+    from dpr.models import load_biencoder
+
+    model, loaded_tok = load_biencoder(str(out))
+    assert model.decoder and loaded_tok.padding_side == "left"
+
+
 def _write_faq(path: Path, n: int = 40) -> Path:
     topics = ["honolulu", "paris", "berlin", "everest", "pacific", "atp", "boiling", "photosynthesis", "rome", "nile"]
     with open(path, "w", encoding="utf-8") as f:

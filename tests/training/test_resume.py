@@ -174,3 +174,23 @@ def test_checkpoint_round_trip_restores_rng_and_states(tmp_path):
     # a half-written checkpoint directory (no state.json) is never picked for resume
     (tmp_path / "checkpoints" / "step_9").mkdir()
     assert ckpt.latest_checkpoint(tmp_path) == path
+
+
+def test_loader_run_killed_and_resumed_equals_the_inline_run_bit_for_bit(tiny_model_dir, tiny_data_dir, tmp_path):
+    """The background loader and the token cache (on by default) change nothing but the time: a run fed by them,
+    SIGKILLed after a checkpoint and resumed, ends with exactly the weights and losses of an uninterrupted run whose
+    batches are tokenised and built inline on the training thread (the data path before the loader existed)."""
+    inline, crashed = tmp_path / "inline", tmp_path / "crashed"
+    train(tiny_cfg(tiny_model_dir, tiny_data_dir, inline, precision="fp32", background_loader=False,
+                   token_cache=False))
+    loader = dict(precision="fp32", background_loader=True, token_cache=True)
+    killed_at = kill_after_first_checkpoint(tiny_cfg(tiny_model_dir, tiny_data_dir, crashed, **loader), crashed)
+    assert killed_at < 12 and not (crashed / "train_summary.json").exists()
+    assert list((tiny_data_dir / "tiny" / "token_cache").glob("train.json.*/manifest.json"))  # the cache was made
+    summary = train(tiny_cfg(tiny_model_dir, tiny_data_dir, crashed, **loader))
+    assert summary["resumed_from"].endswith(f"step_{killed_at}")
+    for tower in ("question_encoder", "passage_encoder"):
+        a, b = _weights(inline / tower / "model.safetensors"), _weights(crashed / tower / "model.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), tower
+    assert [(r["step"], r["loss"]) for r in read_jsonl(inline / "metrics.jsonl")] == \
+        [(r["step"], r["loss"]) for r in read_jsonl(crashed / "metrics.jsonl")]

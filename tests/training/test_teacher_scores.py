@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 from tests.conftest import add_tiny_hard_negatives, overlap_scorer, write_tiny_teacher_scores
+from tests.training.helpers import train_batches
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpr.errors import DataError
 from dpr.training.config import TrainConfig
-from dpr.training.batching import TrainBatches
 from dpr.training.denoise import counts_path, denoise_examples, write_denoise_counts
 from dpr.training.teacher import ScoreFileTeacher, prepare_teacher
 from dpr.training.teacher_scores import (SCORES_FILE, ScoreRecord, TeacherScores, candidates_of, iter_records,
@@ -282,7 +282,7 @@ def test_batches_carry_each_questions_own_scores_and_nan_elsewhere(tiny):
     score(tiny)
     store = read_teacher_scores(tiny / SCORES_FILE)
     examples = json.loads((tiny / "train.json").read_text())
-    batches = TrainBatches(examples, None, batch_size=4, hard_negatives=2, question_max_length=8,
+    batches = train_batches(examples, None, batch_size=4, hard_negatives=2, question_max_length=8,
                            passage_max_length=8, seed=1, teacher=ScoreFileTeacher(store), mask_answers=False)
     everyone = batches.global_items(0, 0)
     questions = [it.as_question() for it in everyone]
@@ -341,7 +341,7 @@ def test_each_rank_gets_its_rows_of_the_one_process_teacher_scores(tiny):
     examples = json.loads((tiny / "train.json").read_text())
 
     def rows(rank, world):
-        b = TrainBatches(examples, None, batch_size=4 // world, hard_negatives=2, question_max_length=8,
+        b = train_batches(examples, None, batch_size=4 // world, hard_negatives=2, question_max_length=8,
                          passage_max_length=8, seed=1, rank=rank, world_size=world, teacher=teacher,
                          mask_answers=False)
         everyone = b.global_items(0, 1)

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpr.training.config import TrainConfig
-from dpr.training.batching import TrainBatches, global_batches, positive_topic
+from dpr.training.batching import global_batches, positive_topic
+from tests.training.helpers import train_batches
 
 
 def _ex(i: int, pos: str, title: str) -> dict:
@@ -99,8 +100,8 @@ def test_the_config_key_reaches_the_batches_and_ranks_split_the_same_global_batc
     assert TrainConfig().topic_batches is False
     examples = _articles([8, 8])
     kw = dict(hard_negatives=0, question_max_length=8, passage_max_length=8, seed=3, topic_batches=True)
-    single = TrainBatches(examples, None, batch_size=4, **kw)
-    ranks = [TrainBatches(examples, None, batch_size=2, rank=r, world_size=2, **kw) for r in range(2)]
+    single = train_batches(examples, None, batch_size=4, **kw)
+    ranks = [train_batches(examples, None, batch_size=2, rank=r, world_size=2, **kw) for r in range(2)]
     topic_of = {e["question"]: positive_topic(e) for e in examples}
     for b in range(single.num_batches(0)):
         together = [it.question for it in single.items(0, b)]

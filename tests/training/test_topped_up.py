@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dpr.training.batching import TrainBatches
+from tests.training.helpers import train_batches
 
 
 def _examples(mined: int) -> list[dict]:
@@ -15,12 +15,12 @@ def _examples(mined: int) -> list[dict]:
 def test_unmined_examples_are_warned_about_once_on_rank_zero(caplog):
     kw = dict(batch_size=2, question_max_length=8, passage_max_length=8, seed=0)
     with caplog.at_level("WARNING", logger="dpr.training.batching"):
-        TrainBatches(_examples(1), None, hard_negatives=1, **kw)
-        TrainBatches(_examples(0), None, hard_negatives=0, **kw)  # no hard negatives asked for
+        train_batches(_examples(1), None, hard_negatives=1, **kw)
+        train_batches(_examples(0), None, hard_negatives=0, **kw)  # no hard negatives asked for
         assert not caplog.records
-        TrainBatches(_examples(0), None, hard_negatives=1, rank=1, world_size=2, **kw)
+        train_batches(_examples(0), None, hard_negatives=1, rank=1, world_size=2, **kw)
         assert not caplog.records
-        TrainBatches(_examples(0), None, hard_negatives=1, **kw)
+        train_batches(_examples(0), None, hard_negatives=1, **kw)
     assert len(caplog.records) == 1
     assert "6 of 6 training questions have fewer than 1 mined negatives (6 have none)" in caplog.text
     assert "dpr-bm25 mine=true" in caplog.text

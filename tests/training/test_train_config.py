@@ -244,3 +244,24 @@ def test_the_validator_never_swaps_a_missing_primary_metric_for_another():
     # qrels data: nDCG@10 exists even where the dev examples carry positives only (grade 1)
     qrels_kw = {**kw, "use_answers": False}
     assert Validator(None, dev, corpus=(["p"], ["t"], [""]), primary_metric="ndcg@10", **qrels_kw)
+
+
+def test_length_bucket_size_auto_is_the_devices_and_fingerprints_as_before():
+    """``auto`` (the default) is buckets of 8 on the CPU (what every CPU run did before: the same forwards) and one
+    padded forward on a GPU; the data-path keys change no number, so fingerprints (runs, checkpoints, pipeline
+    stages) of a CPU run hold exactly what they held before these keys existed."""
+    import torch
+
+    from dpr.training.config import without_unset
+
+    tc = TrainConfig()
+    assert tc.length_bucket_size == "auto" and tc.bucket_size_for("cpu") == 8
+    assert tc.bucket_size_for(torch.device("cuda", 1)) == 0 and TrainConfig(length_bucket_size=3).bucket_size_for("cuda") == 3
+    seen = without_unset(dataclasses.asdict(TrainConfig(background_loader=False, token_cache=True)), "cpu")
+    assert seen["length_bucket_size"] == 8 and not {"background_loader", "token_cache"} & set(seen)
+    assert without_unset(dataclasses.asdict(tc), "cpu") == without_unset(
+        dataclasses.asdict(TrainConfig(length_bucket_size=8)), "cpu")
+    for bad in (-1, "eight", 2.5, True):
+        with pytest.raises(ValueError, match="length_bucket_size"):
+            TrainConfig.from_dict({"length_bucket_size": bad})
+    assert TrainConfig.from_dict({"length_bucket_size": "auto"}).length_bucket_size == "auto"

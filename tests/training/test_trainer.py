@@ -16,6 +16,7 @@ from dpr.training.batching import NegativePool, TrainBatches, global_batches, ma
 from dpr.training.train import TrainConfig, train
 from dpr.trainkit.metrics_log import read_jsonl
 from dpr.trainkit.precision import resolve_precision
+from tests.training.helpers import train_batches
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,9 +70,9 @@ def test_ranks_take_disjoint_slices_of_the_same_global_batch():
     assert parts == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
     examples = [_ex(i, f"p{i}") for i in range(16)]
     # 1 rank x batch 8 and 2 ranks x batch 4 see the same global batches
-    single = TrainBatches(examples, None, batch_size=8, hard_negatives=0, question_max_length=8,
+    single = train_batches(examples, None, batch_size=8, hard_negatives=0, question_max_length=8,
                           passage_max_length=8, seed=1)
-    ranks = [TrainBatches(examples, None, batch_size=4, hard_negatives=0, question_max_length=8,
+    ranks = [train_batches(examples, None, batch_size=4, hard_negatives=0, question_max_length=8,
                           passage_max_length=8, seed=1, rank=r, world_size=2) for r in range(2)]
     for b in range(single.num_batches(0)):
         together = [it.question for it in single.items(0, b)]
@@ -360,19 +361,16 @@ def test_validation_ndcg_on_qrels_data_is_trec_evals_graded_ndcg():
     assert "ndcg@10" not in qa  # QA data: top-k only
 
 
-def test_batches_from_the_typed_config_equal_the_keyword_ones():
-    """dpr-train builds its batches from the typed TrainConfig (TrainBatches.from_config): the same batches as the
-    keyword constructor given the same values."""
-    from types import SimpleNamespace
-
+def test_batches_take_their_config_whole():
+    """TrainBatches takes the typed TrainConfig and the model's config whole (issue 46): every batching key is read
+    from them, and the batches follow them (here shuffle_positives and the batch size)."""
+    from dpr.models.biencoder import BiEncoderConfig
     from dpr.training.config import TrainConfig
 
     examples = [_ex(i, f"p{i % 6}") for i in range(16)]  # shared positives: dedup shapes the batches
     tc = TrainConfig(batch_size=4, hard_negatives=1, shuffle_positives=True, topic_batches=False)
-    model = SimpleNamespace(question_max_length=8, passage_max_length=16, question_prefix="", passage_prefix="")
-    typed = TrainBatches.from_config(examples, None, tc, model, seed=3, multi_positive=False, mask_answers=True)
-    keyword = TrainBatches(examples, None, batch_size=4, hard_negatives=1, question_max_length=8, passage_max_length=16,
-                           seed=3, shuffle_positives=True)
-    assert [typed.global_batches(e) for e in range(2)] == [keyword.global_batches(e) for e in range(2)]
-    assert [it.question for it in typed.items(1, 0)] == [it.question for it in keyword.items(1, 0)]
+    model = BiEncoderConfig(question_max_length=8, passage_max_length=16, question_prefix="q: ")
+    typed = TrainBatches(examples, None, tc, model, seed=3, multi_positive=False, mask_answers=True)
     assert (typed.q_len, typed.p_len, typed.hard_negatives, typed.shuffle_positives) == (8, 16, 1, True)
+    assert typed.batch_size == 4 and typed.prefixes == {"question_prefix": "q: ", "passage_prefix": ""}
+    assert typed.global_batches(0) == global_batches(examples, 4, 3, 0)

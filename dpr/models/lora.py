@@ -1,0 +1,107 @@
+"""LoRA adapters on a tower, through `peft`: only the adapters train; a run stores them, not the base.
+
+``model.lora`` (`LoraSettings`) wraps each tower in a ``peft`` model whose base weights are frozen; the
+run directory's tower folders then hold ``adapter_config.json`` + ``adapter_model.safetensors`` (and the
+tokenizer), and ``biencoder.json`` names the base model (``config.name``) with its fingerprint
+(`base_fingerprint`), checked when the run loads. Checkpoints hold the trainable weights alone
+(`dpr.models.io.save_weights`). `merged_copy` folds the adapters into a plain Hugging Face model for exports.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from torch import nn
+
+from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
+
+LORA_RANGES: dict[str, Range] = {"r": Int(1, 4096), "alpha": Real(0, 1e6, lo_open=True),
+                                 "dropout": Real(0, 1, hi_open=True)}
+
+
+@dataclass
+class LoraSettings:
+    """``model.lora``: rank, scale (``alpha / r`` multiplies the update), adapter dropout, and the module names the
+    adapters go on (peft's ``target_modules``; ``all-linear`` for every linear layer but the output)."""
+
+    r: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+
+    def __post_init__(self) -> None:
+        check_ranges(self, LORA_RANGES, "model.lora")
+        self.r, self.alpha, self.dropout = int(self.r), float(self.alpha), float(self.dropout)
+        if isinstance(self.target_modules, str):
+            self.target_modules = [self.target_modules]
+        if not self.target_modules or not all(isinstance(m, str) and m for m in self.target_modules):
+            raise ValueError(f"model.lora.target_modules must be a non-empty list of module names, got "
+                             f"{self.target_modules!r}")
+        self.target_modules = [str(m) for m in self.target_modules]
+
+    @classmethod
+    def coerce(cls, value: "LoraSettings | Mapping[str, Any] | None") -> "LoraSettings | None":
+        if value is None or isinstance(value, LoraSettings):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"model.lora must be a mapping of {[f.name for f in dataclasses.fields(cls)]} or null, "
+                             f"got {value!r}")
+        return strict_from_dict(cls, dict(value), "model.lora")
+
+    def peft_config(self) -> Any:
+        from peft import LoraConfig
+
+        targets: Any = self.target_modules[0] if self.target_modules == ["all-linear"] else list(self.target_modules)
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout, target_modules=targets,
+                          bias="none")
+
+
+def is_lora(module: nn.Module) -> bool:
+    """True for a tower wrapped by peft."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return False
+    return isinstance(module, PeftModel)
+
+
+def apply_lora(encoder: nn.Module, settings: LoraSettings) -> nn.Module:
+    """``encoder`` wrapped with fresh adapters (peft initialises B to zero: the vectors start as the base's)."""
+    from peft import get_peft_model
+
+    return get_peft_model(encoder, settings.peft_config())
+
+
+def load_adapters(encoder: nn.Module, adapter_dir: str | Path) -> nn.Module:
+    """``encoder`` (the base) with the adapters saved in ``adapter_dir``, trainable (for resuming or fine-tuning)."""
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(encoder, str(adapter_dir), is_trainable=True)
+
+
+def merged_copy(encoder: nn.Module) -> nn.Module:
+    """A plain Hugging Face model with the adapters folded into its weights (``encoder`` itself untouched)."""
+    if not is_lora(encoder):
+        return encoder
+    return copy.deepcopy(encoder).merge_and_unload()
+
+
+def base_fingerprint(base_path: str | Path) -> str | None:
+    """sha256 over a local base model's config and weight files (names and contents); None for a hub name that
+    is not a local directory (nothing to compare against)."""
+    root = Path(base_path)
+    if not root.is_dir():
+        return None
+    from dpr.atomic import sha256_file
+
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.iterdir() if p.is_file() and (p.name == "config.json" or p.suffix in (
+            ".safetensors", ".bin"))):
+        h.update(path.name.encode())
+        h.update(sha256_file(path).encode())
+    return h.hexdigest()

