@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -216,6 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"ratio (ours / peer): {report['ratio']}")
     if args.json:
         write_json_atomic(args.json, report)
+    shutil.rmtree(work, ignore_errors=True)
     return report
 
 

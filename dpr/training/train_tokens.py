@@ -57,3 +57,19 @@ def collate_from(tokens: TrainTokens, questions: Sequence[str], ctxs: Sequence[d
     if p_rows is None:
         return None
     return tokens.questions.pad(q_rows), tokens.passages.pad(p_rows)
+
+
+def validation_tokens(tc: Any, tokenizer: Any, model_cfg: Any, paths: Any, dev_examples: Sequence[dict],
+                      corpus: tuple[list[str], list[str], list[str]] | None, write: bool) -> dict[str, TokenTable]:
+    """The dev questions' and the validation corpus's token tables (cached beside ``dev.json`` and ``passages.tsv``),
+    so each validation of a run encodes without tokenising; none where ``train.token_cache`` is false."""
+    if tc.token_cache is False:
+        return {}
+    out = {"questions": cached_table(paths.dev, "questions", tokenizer, [ex["question"] for ex in dev_examples], None,
+                                     max_length=model_cfg.question_max_length, prefix=model_cfg.question_prefix,
+                                     write=write)[0]}
+    if corpus is not None and tc.val_corpus_topk:
+        out["corpus"] = cached_table(paths.passages, "corpus", tokenizer, corpus[1], corpus[2],
+                                     max_length=model_cfg.passage_max_length, prefix=model_cfg.passage_prefix,
+                                     write=write)[0]
+    return out
