@@ -203,9 +203,11 @@ def test_bench_overhead_json(tiny_data_dir, tmp_path):
     rep = json.loads(out.read_text())
     assert set(rep) >= {"rows", "ratio"} and set(rep["ratio"]) == {"train", "encode"}
     assert {(r["system"], r["stage"]) for r in rep["rows"]} == {
-        (s, st) for s in ("ours", "sentence-transformers") for st in ("train", "encode")}
+        (s, st) for s in ("ours", "sentence-transformers") for st in ("train", "encode")} | {("ours-inline-data", "train")}
     for r in rep["rows"]:
         assert r["examples_per_s"] > 0 and r["host_ms_per_step"] > 0
     ours = next(r for r in rep["rows"] if (r["system"], r["stage"]) == ("ours", "train"))
     assert ours["steps_timed"] == 2 and ours["data_wait_ms_median"] >= 0
+    inline = next(r for r in rep["rows"] if r["system"] == "ours-inline-data")
+    assert inline["levers"] == ["train.background_loader=False", "train.token_cache=False"]
     assert rep["ratio"]["train"] > 0 and rep["ratio"]["encode"] > 0
