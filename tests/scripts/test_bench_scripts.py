@@ -203,7 +203,8 @@ def test_bench_overhead_json(tiny_data_dir, tmp_path):
     rep = json.loads(out.read_text())
     assert set(rep) >= {"rows", "ratio"} and set(rep["ratio"]) == {"train", "encode"}
     assert {(r["system"], r["stage"]) for r in rep["rows"]} == {
-        (s, st) for s in ("ours", "sentence-transformers") for st in ("train", "encode")} | {("ours-inline-data", "train")}
+        (s, st) for s in ("ours", "sentence-transformers") for st in ("train", "encode")} | {("ours-inline-data", "train"),
+                                                                        ("ours-token-cache", "encode")}
     for r in rep["rows"]:
         assert r["examples_per_s"] > 0 and r["host_ms_per_step"] > 0
     ours = next(r for r in rep["rows"] if (r["system"], r["stage"]) == ("ours", "train"))
