@@ -18,11 +18,17 @@ training step, or per encode batch), min and median over ``--repeat`` blocks (``
   is the trainer's own (`metrics.jsonl`'s ``examples_per_s``: from asking for the batch to the step logged), the
   first ``--skip`` steps (kernel set-up) left out. ``data_wait_ms``: how long the training thread waited for
   its batch (the background loader's share left on the thread). Precision: ``train.precision`` (auto).
+- ``ours-inline-data`` train (``--no-inline`` skips it): the same trainer with ``train.background_loader=false``
+  and ``train.token_cache=false``: every batch tokenised and built on the training thread (the data path before
+  the loader and the token cache), so the gain of both shows in the same run.
 - ``sentence-transformers`` train: its ``MultipleNegativesRankingLoss`` with 1 hard negative on the same tiny
   model, the same batches (`scripts/bench_train.py`'s peer process: ``model.tokenize`` per column, loss,
   backward, clipping, AdamW), fp32 (its default), timed per step in its own process.
 - encode: ``--passages`` passages with titles, ours (`dpr.models.encode_texts`, dpr-encode's path, batch 64)
-  against sentence-transformers ``encode`` (batch 64, ``"title [SEP] text"``), best of ``--repeat``.
+  against sentence-transformers ``encode`` (batch 64, ``"title [SEP] text"``), best of ``--repeat``; and
+  ``ours-token-cache``: the same encode from the passages' token ids tokenised once (`dpr.models.token_cache`,
+  ``encode_texts(tokens=)``: what validation and the corpus cache of a training run do), the tokenising outside
+  the timing.
 
 Blocks alternate (ours, peer, ours, ...) so load from other jobs hits both alike; on a shared machine read the
 minimum. ``ratio``: ours / peer examples per second, per stage (medians). The cross-encoder step is not measured
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -89,13 +96,17 @@ def encode_rows(model_dir: Path, passages: list[tuple[str, str]], repeat: int, b
     from sentence_transformers import SentenceTransformer
 
     from dpr.models import encode_texts, load_biencoder
+    from dpr.models.token_cache import build_table
 
     model, tok = load_biencoder(str(model_dir), **MODEL_KW)
     st = SentenceTransformer(str(model_dir), device="cpu")
     st.max_seq_length = MODEL_KW["passage_max_length"]
     titles, texts = [p[0] for p in passages], [p[1] for p in passages]
     joined = [f"{ti} [SEP] {te}" if ti else te for ti, te in passages]
+    table = build_table(tok, texts, titles, MODEL_KW["passage_max_length"])  # tokenised once, outside the timing
     runs = {"ours": lambda: encode_texts(model, tok, texts, "passage", batch_size=batch_size, titles=titles),
+            "ours-token-cache": lambda: encode_texts(model, tok, texts, "passage", batch_size=batch_size,
+                                                     titles=titles, tokens=table),
             PEER: lambda: st.encode(joined, batch_size=batch_size, convert_to_numpy=True)}
     times: dict[str, list[float]] = {k: [] for k in runs}
     for fn in runs.values():
@@ -133,6 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--passages", type=int, default=2048, help="passages per encode pass")
     ap.add_argument("--encode-batch-size", type=int, default=64)
     ap.add_argument("--no-peer", action="store_true", help="ours only (no sentence-transformers rows)")
+    ap.add_argument("--no-inline", action="store_true", help="no ours-inline-data row")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a train.* override for our rows (e.g. --set background_loader=false)")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
@@ -164,6 +176,8 @@ def main(argv: list[str] | None = None) -> dict:
         "max_grad_norm": defaults.max_grad_norm, "passage_max_length": MODEL_KW["passage_max_length"],
         "hard_negatives": args.hard_negatives, "threads": torch.get_num_threads(), "precisions": ["fp32"]})
     ours: dict[str, list[float]] = {"step_s": [], "data_wait_ms": []}
+    inline: dict[str, list[float]] = {"step_s": [], "data_wait_ms": []}
+    inline_keys = {"background_loader": False, "token_cache": False}
     peer_s: list[float] = []
     try:
         for r in range(args.repeat):
@@ -172,9 +186,15 @@ def main(argv: list[str] | None = None) -> dict:
                                      seed=args.seed, extra=extra)
             for k in ours:
                 ours[k] += block[k]
+            if not args.no_inline:
+                block = ours_train_block(model_dir, data_dir, name, work / f"inline{r}", steps=args.steps,
+                                         batch_size=args.batch_size, hard_negatives=args.hard_negatives,
+                                         skip=args.skip, seed=args.seed, extra={**extra, **inline_keys})
+                for k in inline:
+                    inline[k] += block[k]
             if peer is not None:
                 peer_s += peer_train_block(peer, batches, steps=args.steps, skip=args.skip, start=r * args.steps)
-            print(f"block {r + 1}/{args.repeat}: ours median {1e3 * statistics.median(block['step_s']):.1f} ms/step"
+            print(f"block {r + 1}/{args.repeat}: ours median {1e3 * statistics.median(ours['step_s']):.1f} ms/step"
                   + (f", peer median {1e3 * statistics.median(peer_s[-args.steps:]):.1f} ms/step" if peer else ""),
                   flush=True)
     finally:
@@ -191,6 +211,10 @@ def main(argv: list[str] | None = None) -> dict:
                                                                                       extra.items()],
                       **({"data_wait_ms_median": round(statistics.median(ours["data_wait_ms"]), 2)}
                          if ours["data_wait_ms"] else {}))]
+    if inline["step_s"]:
+        rows.append(train_row("ours-inline-data", inline["step_s"], precision=defaults.precision,
+                              levers=[f"train.{k}={v}" for k, v in {**extra, **inline_keys}.items()],
+                              data_wait_ms_median=round(statistics.median(inline["data_wait_ms"]), 2)))
     if peer_s:
         rows.append(train_row(PEER, peer_s, precision="fp32", levers=[]))
     ctxs = list({c["passage_id"]: (c.get("title") or "", c["text"]) for ex in examples
@@ -209,13 +233,16 @@ def main(argv: list[str] | None = None) -> dict:
               "steps": args.steps, "skip": args.skip, "repeat": args.repeat, "threads": torch.get_num_threads(),
               "train_overrides": extra, "cpu_flags": list(cpu_flags())}
     print()
-    print(f"{'system':24s} {'stage':7s} {'ex/s (median)':>14s} {'ms/step median':>15s} {'ms/step min':>12s}")
+    print(f"{'system':24s} {'stage':7s} {'ex/s (median)':>14s} {'ms/step median':>15s} {'ms/step min':>12s} "
+          f"{'data wait ms':>13s}")
     for r in rows:
+        wait = r.get("data_wait_ms_median")
         print(f"{r['system']:24s} {r['stage']:7s} {r['examples_per_s']:14.1f} {r['host_ms_per_step']:15.2f} "
-              f"{r['host_ms_per_step_min']:12.2f}")
+              f"{r['host_ms_per_step_min']:12.2f} {'-' if wait is None else format(wait, '.2f'):>13s}")
     print(f"ratio (ours / peer): {report['ratio']}")
     if args.json:
         write_json_atomic(args.json, report)
+    shutil.rmtree(work, ignore_errors=True)
     return report
 
 

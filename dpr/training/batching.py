@@ -40,7 +40,7 @@ from dpr.data.retriever_json import read_retriever_json, relevant_ids
 from dpr.errors import DataError
 from dpr.losses import PairMasks
 from dpr.training.masks import pair_masks
-from dpr.training.train_tokens import TrainTokens, collate_from
+from dpr.training.train_tokens import TrainTokens, collate, collate_from
 
 log = logging.getLogger(__name__)
 
@@ -278,33 +278,6 @@ def make_item(
     # of the question's positives for the masks, so none of them is ever a negative for it
     return TrainItem(example["question"], [positive, *negatives], tuple(example.get("answers") or ()),
                      relevant_ids(example))
-
-
-def collate(
-    items: Sequence[TrainItem],
-    tokenizer,
-    question_max_length: int,
-    passage_max_length: int,
-    passages: bool = True,
-    question_prefix: str = "",
-    passage_prefix: str = "",
-) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
-    """Tokenise a batch, padded to its own longest sequence: ``(q_inputs, p_inputs)``.
-
-    Passages are (title, text) pairs as in DPR; ``p_inputs`` holds ``len(items) * (1 + H)`` rows,
-    question ``i``'s positive at row ``i * (1 + H)``. The prefixes are the model's
-    (``BiEncoderConfig.question_prefix`` / ``passage_prefix``).
-    """
-    # The same tokenisation as inference (dpr.models.inference), so training and export agree.
-    from dpr.models.inference import tokenize_batch
-
-    ctxs = [c for it in items for c in it.passages]
-    q = tokenize_batch(tokenizer, [it.question for it in items], None, question_max_length, prefix=question_prefix)
-    if not passages:
-        return q, None
-    p = tokenize_batch(tokenizer, [c["text"] for c in ctxs], [c.get("title") or "" for c in ctxs], passage_max_length,
-                       prefix=passage_prefix)
-    return q, p
 
 
 class TrainBatches:

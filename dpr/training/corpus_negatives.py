@@ -68,8 +68,9 @@ class CorpusNegatives:
         self._index = None
 
     @torch.no_grad()
-    def refresh(self, model, tokenizer, *, step: int, batch_size: int, max_length: int, autocast: str) -> None:
-        """Encode the corpus with the current passage tower."""
+    def refresh(self, model, tokenizer, *, step: int, batch_size: int, max_length: int, autocast: str,
+                tokens=None) -> None:
+        """Encode the corpus with the current passage tower (``tokens``: the corpus's token table, tokenised once)."""
         from dpr.models.inference import encode_texts
 
         was_training = model.training
@@ -77,7 +78,7 @@ class CorpusNegatives:
         try:
             log.info("encoding %d corpus passages for corpus negatives (step %d)", len(self.ids), step)
             vecs = encode_texts(model, tokenizer, self.texts, tower="passage", batch_size=batch_size,
-                                max_length=max_length, autocast=autocast, titles=self.titles)
+                                max_length=max_length, autocast=autocast, titles=self.titles, tokens=tokens)
         finally:
             model.train(was_training)
         self.set_vectors(vecs, step)

@@ -33,7 +33,7 @@ from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.corpus_reuse import CorpusVectors, OnSaved, check_start_vectors
 from dpr.training.batching import TrainBatches, load_examples
 from dpr.training.steps import make_step
-from dpr.training.train_tokens import train_tokens
+from dpr.training.train_tokens import train_tokens, validation_tokens
 from dpr.training.trainer import Trainer, TrainState
 from dpr.training.resume import find_resume, run_fingerprint
 from dpr.training.teacher import prepare_teacher
@@ -164,7 +164,8 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
         validator = Validator(tokenizer, dev_examples, corpus=corpus_texts if tc.val_corpus_topk else None,
                               use_answers=kind == "qa", cfg=tc,
                               question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
-                              autocast=val_autocast, primary_metric=resolved["best_metric"])
+                              autocast=val_autocast, primary_metric=resolved["best_metric"],
+                              tokens=validation_tokens(tc, tokenizer, mcfg, paths, dev_examples, corpus_texts, main))
 
     fingerprint = run_fingerprint({**conf, "loss": conf.get("loss")},
                                   {**dataclasses.asdict(tc), **run_teacher.fingerprint}, train_file, world)

@@ -2,9 +2,9 @@
 
 :func:`train_tokens` gives the two tables of a training file (its questions; every passage its examples name:
 positives, mined and listed negatives, which are also the pool that tops up short questions), cached on disk beside
-the file. :func:`collate_from` pads a batch from them: the tensors :func:`dpr.training.batching.collate` would
-make by calling the tokenizer (same ids, same padding; tests/training/test_loader.py), or None where a text is
-missing (the caller then tokenises that batch).
+the file. :func:`collate_from` pads a batch from them: the tensors :func:`collate` makes by calling the tokenizer
+(same ids, same padding; tests/training/test_loader.py), or None where a text is missing (the caller then
+tokenises that batch).
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import torch
 
 from dpr.models.token_cache import TokenTable, cached_table
+
+if TYPE_CHECKING:
+    from dpr.training.batching import TrainItem
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,33 @@ def train_tokens(examples: Sequence[dict], tokenizer: Any, data_file: str | Path
     return TrainTokens(questions, passages)
 
 
+def collate(
+    items: Sequence["TrainItem"],
+    tokenizer,
+    question_max_length: int,
+    passage_max_length: int,
+    passages: bool = True,
+    question_prefix: str = "",
+    passage_prefix: str = "",
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
+    """Tokenise a batch, padded to its own longest sequence: ``(q_inputs, p_inputs)``.
+
+    Passages are (title, text) pairs as in DPR; ``p_inputs`` holds ``len(items) * (1 + H)`` rows,
+    question ``i``'s positive at row ``i * (1 + H)``. The prefixes are the model's
+    (``BiEncoderConfig.question_prefix`` / ``passage_prefix``).
+    """
+    # The same tokenisation as inference (dpr.models.inference), so training and export agree.
+    from dpr.models.inference import tokenize_batch
+
+    ctxs = [c for it in items for c in it.passages]
+    q = tokenize_batch(tokenizer, [it.question for it in items], None, question_max_length, prefix=question_prefix)
+    if not passages:
+        return q, None
+    p = tokenize_batch(tokenizer, [c["text"] for c in ctxs], [c.get("title") or "" for c in ctxs], passage_max_length,
+                       prefix=passage_prefix)
+    return q, p
+
+
 def collate_from(tokens: TrainTokens, questions: Sequence[str], ctxs: Sequence[dict] | None
                  ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None] | None:
     """``(q_inputs, p_inputs)`` padded from the tables (``ctxs`` None: no passages), or None if one is missing."""
@@ -57,3 +87,19 @@ def collate_from(tokens: TrainTokens, questions: Sequence[str], ctxs: Sequence[d
     if p_rows is None:
         return None
     return tokens.questions.pad(q_rows), tokens.passages.pad(p_rows)
+
+
+def validation_tokens(tc: Any, tokenizer: Any, model_cfg: Any, paths: Any, dev_examples: Sequence[dict],
+                      corpus: tuple[list[str], list[str], list[str]] | None, write: bool) -> dict[str, TokenTable]:
+    """The dev questions' and the validation corpus's token tables (cached beside ``dev.json`` and ``passages.tsv``),
+    so each validation of a run encodes without tokenising; none where ``train.token_cache`` is false."""
+    if tc.token_cache is False:
+        return {}
+    out = {"questions": cached_table(paths.dev, "questions", tokenizer, [ex["question"] for ex in dev_examples], None,
+                                     max_length=model_cfg.question_max_length, prefix=model_cfg.question_prefix,
+                                     write=write)[0]}
+    if corpus is not None and tc.val_corpus_topk:
+        out["corpus"] = cached_table(paths.passages, "corpus", tokenizer, corpus[1], corpus[2],
+                                     max_length=model_cfg.passage_max_length, prefix=model_cfg.passage_prefix,
+                                     write=write)[0]
+    return out

@@ -222,8 +222,9 @@ class Trainer:
 
     def refresh_corpus(self) -> None:
         mcfg = self.model.config
+        tokens = self.validator.tokens.get("corpus") if self.validator else None  # the same passages' ids
         self.corpus.refresh(self.model, self.tokenizer, step=self.state.step, batch_size=self.tc.val_batch_size,
-                            max_length=mcfg.passage_max_length, autocast=self.encode_autocast)
+                            max_length=mcfg.passage_max_length, autocast=self.encode_autocast, tokens=tokens)
 
     def _passages_unchanged(self) -> bool:
         """The cached corpus vectors are the current passage tower's: only frozen-index steps (separate

@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -37,12 +37,13 @@ from dpr.training.dev_metrics import DevMetric, DevRankings, dev_metrics, evalua
 log = logging.getLogger(__name__)
 
 
-def _encode(model, tokenizer, texts, tower, *, batch_size, max_length, autocast, titles=None) -> torch.Tensor:
+def _encode(model, tokenizer, texts, tower, *, batch_size, max_length, autocast, titles=None,
+            tokens=None) -> torch.Tensor:
     from dpr.models.inference import encode_texts
 
     return encode_texts(
         model, tokenizer, texts, tower=tower, batch_size=batch_size, max_length=max_length,
-        autocast=autocast, titles=titles,
+        autocast=autocast, titles=titles, tokens=tokens,
     )
 
 
@@ -234,6 +235,7 @@ def validate(
     autocast: str,
     return_vectors: bool = False,
     passage_vectors: torch.Tensor | None = None,
+    tokens: Mapping[str, Any] | None = None,
 ) -> dict | tuple[dict, torch.Tensor | None]:
     """All validation metrics for the current weights (the model is put back in training mode).
 
@@ -242,7 +244,10 @@ def validate(
 
     Questions and the corpus are encoded once; the average-rank pool reuses the corpus vectors of
     its passages (the dev pool is a subset of the corpus), which halves the cost of a validation.
+    ``tokens``: token tables (`dpr.models.token_cache`) of the dev ``questions`` and of the ``corpus``, tokenised
+    once for every validation of a run (the same token ids, so the same vectors).
     """
+    tokens = tokens or {}
     was_training = model.training
     model.eval()
     try:
@@ -250,10 +255,12 @@ def validate(
         if not examples:
             return ({}, None) if return_vectors else {}
         kw = dict(batch_size=int(cfg.get("val_batch_size", 64)), autocast=autocast)
-        q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
+        q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length,
+                    tokens=tokens.get("questions"), **kw)
         p = passage_vectors
         if corpus is not None and p is None:
-            p = _encode(model, tokenizer, corpus[1], "passage", max_length=passage_max_length, titles=corpus[2], **kw)
+            p = _encode(model, tokenizer, corpus[1], "passage", max_length=passage_max_length, titles=corpus[2],
+                        tokens=tokens.get("corpus"), **kw)
         common = dict(question_max_length=question_max_length, passage_max_length=passage_max_length, **kw)
         metrics = average_rank(model, tokenizer, examples, hard_negatives=int(cfg.get("val_hard_negatives", 30)),
                                question_vectors=q, known_passages=(corpus[0], p) if p is not None else None, **common)
@@ -271,9 +278,12 @@ class Validator:
     """Dev validation as the trainer uses it: names its primary metric and whether greater is better."""
 
     def __init__(self, tokenizer, dev_examples: Sequence[dict], *, corpus, use_answers: bool, cfg: Any,
-                 question_max_length: int, passage_max_length: int, autocast: str, primary_metric: str) -> None:
-        """``cfg``: the run's typed ``TrainConfig`` (its ``val_*`` keys; a mapping of them works too)."""
+                 question_max_length: int, passage_max_length: int, autocast: str, primary_metric: str,
+                 tokens: Mapping[str, Any] | None = None) -> None:
+        """``cfg``: the run's typed ``TrainConfig`` (its ``val_*`` keys; a mapping of them works too); ``tokens``:
+        the dev questions' and the corpus's token tables (:func:`validate`)."""
         self.tokenizer, self.examples, self.corpus = tokenizer, list(dev_examples), corpus
+        self.tokens = dict(tokens or {})
         cfg = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg or {})
         self.use_answers, self.cfg, self.autocast = use_answers, cfg, autocast
         self.q_len, self.p_len = question_max_length, passage_max_length
@@ -295,7 +305,8 @@ class Validator:
         encoded by the current passage tower, when the caller knows it has not changed)."""
         return validate(model, self.tokenizer, self.examples, corpus=self.corpus, use_answers=self.use_answers,
                         cfg=self.cfg, question_max_length=self.q_len, passage_max_length=self.p_len,
-                        autocast=self.autocast, return_vectors=True, passage_vectors=passage_vectors)
+                        autocast=self.autocast, return_vectors=True, passage_vectors=passage_vectors,
+                        tokens=self.tokens)
 
     def metric(self, metrics: dict) -> str:
         if self.primary_metric not in metrics:  # TrainConfig refuses such names: this is a bug, not a fallback

@@ -97,7 +97,8 @@ def test_a_damaged_cache_is_rebuilt_not_trusted(tok, tmp_path):
     [made] = list((tmp_path / "token_cache").iterdir())
     (made / "ids.npy").write_bytes(b"garbage")
     table, reused = cached_table(data, "questions", tok, TEXTS, None, max_length=16)
-    assert not reused and torch.equal(table.pad([0])["input_ids"], tokenize_batch(tok, TEXTS[:1], None, 16)["input_ids"])
+    want = tokenize_batch(tok, TEXTS[:1], None, 16)["input_ids"]
+    assert not reused and torch.equal(table.pad([0])["input_ids"], want)
 
 
 def test_encode_from_the_token_table_equals_encode_from_text(tiny_model_dir, monkeypatch):

@@ -192,3 +192,23 @@ def test_profile_step_json(tmp_path, monkeypatch, capsys, precision):
     assert all(any(op["name"].startswith("aten::") for op in p["ops"]) for p in rep["profiles"])
     printed = capsys.readouterr().out
     assert "| operator | self ms | share | calls |" in printed and md.read_text().strip() in printed
+
+
+def test_bench_overhead_json(tiny_data_dir, tmp_path):
+    """The CPU proxy: ours (the real trainer) and the peer, train and encode rows with examples/s and host ms."""
+    out = tmp_path / "overhead.json"
+    script("bench_overhead").main(["--data-dir", str(tiny_data_dir), "--data", "tiny", "--batch-size", "2",
+                                   "--steps", "3", "--skip", "1", "--repeat", "1", "--passages", "16",
+                                   "--encode-batch-size", "8", "--json", str(out)])
+    rep = json.loads(out.read_text())
+    assert set(rep) >= {"rows", "ratio"} and set(rep["ratio"]) == {"train", "encode"}
+    assert {(r["system"], r["stage"]) for r in rep["rows"]} == {
+        (s, st) for s in ("ours", "sentence-transformers") for st in ("train", "encode")} | {("ours-inline-data", "train"),
+                                                                        ("ours-token-cache", "encode")}
+    for r in rep["rows"]:
+        assert r["examples_per_s"] > 0 and r["host_ms_per_step"] > 0
+    ours = next(r for r in rep["rows"] if (r["system"], r["stage"]) == ("ours", "train"))
+    assert ours["steps_timed"] == 2 and ours["data_wait_ms_median"] >= 0
+    inline = next(r for r in rep["rows"] if r["system"] == "ours-inline-data")
+    assert inline["levers"] == ["train.background_loader=False", "train.token_cache=False"]
+    assert rep["ratio"]["train"] > 0 and rep["ratio"]["encode"] > 0
