@@ -11,7 +11,8 @@
 - **One writer at a time.** Writers of one path take an exclusive ``flock`` on a lock file (under
   ``<tmp>/dpr-locks/``, keyed by the absolute path, so output directories get no extra files); a
   second writer waits for the first instead of both renaming onto the same name.
-- **Nothing the user owns is replaced.** A file output may replace a file; a directory output may replace
+- **Nothing the user owns is replaced.** A file output may replace a file its writer recognises as of its own
+  kind (``same_kind=``, `dpr.output_kinds`: sniffed from the first bytes); a directory output may replace
   only a directory its writer recognises as its own (``owned=``, a check of its marker or manifest) or, where
   the writer gives none, one whose entries the new directory all has (an earlier save of the same layout).
   Anything else at the path (a directory under a file output, a file under a directory output, a directory
@@ -63,10 +64,12 @@ def _is_real_dir(path: Path) -> bool:
     return os.path.isdir(path) and not os.path.islink(path)
 
 
-def check_replaceable(path: str | Path, directory: bool, owned: Callable[[Path], bool] | None = None) -> None:
+def check_replaceable(path: str | Path, directory: bool, owned: Callable[[Path], bool] | None = None,
+                      same_kind: Callable[[Path], str | None] | None = None) -> None:
     """Raise :class:`OutputConflictError` unless a ``directory`` (else a file) output may be written at ``path``.
 
-    A file output: nothing there, a file or a symlink. A directory output: nothing there, a symlink, an empty
+    A file output: nothing there, a symlink, or a file ``same_kind`` passes (it returns None for a file of the
+    kind the command writes, else what the file looks like: `dpr.output_kinds.foreign`; without it, any file). A directory output: nothing there, a symlink, an empty
     directory, or a directory ``owned`` recognises (this command's marker or manifest is in it)."""
     path = Path(path)
     if not os.path.lexists(path) or os.path.islink(path):
@@ -74,6 +77,9 @@ def check_replaceable(path: str | Path, directory: bool, owned: Callable[[Path],
     if not directory:
         if _is_real_dir(path):
             raise OutputConflictError(path, "is a directory, and this command writes a file there")
+        what = same_kind(path) if same_kind is not None else None
+        if what is not None:
+            raise OutputConflictError(path, f"{what}, which this command writes there")
         return
     if not _is_real_dir(path):
         raise OutputConflictError(path, "is a file, and this command writes a directory there")

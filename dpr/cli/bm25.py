@@ -98,7 +98,7 @@ def run_standalone(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="bm25")
-@report_errors("dpr-bm25", file_outputs=("output",), schema="bm25")
+@report_errors("dpr-bm25", file_outputs=("output",), file_kinds=("dpr_results", "trec_run"), schema="bm25")
 def _run(cfg: DictConfig) -> None:
     if cfg.get("data") is not None and cfg.passages:
         raise ValueError("give either data=<name> or passages=<tsv>, not both")

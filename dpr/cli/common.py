@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from dpr.atomic import check_replaceable
+from dpr.output_kinds import foreign
 from dpr.errors import DataError
 
 from dpr.resources import CONF_DIR  # noqa: E402  conf/ of the source tree, or the copy a wheel ships
@@ -234,7 +235,7 @@ def describe_expected(err: BaseException) -> str:
 
 
 def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | None = None,
-                  file_outputs: tuple[str, ...] = ()) -> Callable:
+                  file_outputs: tuple[str, ...] = (), file_kinds: tuple[str, ...] = ()) -> Callable:
     """Every failure as one line on stderr and a non-zero exit, never a traceback.
 
     Expected failures (bad input, missing files, bad values) → ``<command>: error: ...``, exit 2.
@@ -244,8 +245,8 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
     type-checked against ``dpr.cli.schemas.SCHEMAS[schema]``, every model key (``MODEL_KEYS``) that names a
     local path is checked to exist (`check_model_path`), and the config keys named in
     ``outputs`` (directories the command writes in) are checked writable and not a file; those in
-    ``file_outputs`` (where it writes one file) writable and not an existing directory (`dpr.atomic.check_replaceable`: nothing the user owns
-    is replaced).
+    ``file_outputs`` (where it writes one file) writable, not an existing directory, and not a file other than one
+    of ``file_kinds`` (`dpr.output_kinds`; `dpr.atomic.check_replaceable`: nothing the user owns is replaced).
     """
 
     def wrap(fn: Callable) -> Callable:
@@ -278,7 +279,8 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
                             if isinstance(value, str) and value:
                                 if key in file_outputs:
                                     check_writable(value, key)
-                                    check_replaceable(user_path(value), directory=False)
+                                    check_replaceable(user_path(value), directory=False,
+                                                      same_kind=foreign(file_kinds) if file_kinds else None)
                                 else:
                                     check_output_dir(value, key)
                 return fn(*args, **kwargs)

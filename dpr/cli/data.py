@@ -80,7 +80,7 @@ def _check(cfg: DictConfig, schema: type) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="data_export")
-@report_errors("dpr-data export", file_outputs=("output",))
+@report_errors("dpr-data export", file_outputs=("output",), file_kinds=("training_export",))
 def _export(cfg: DictConfig) -> None:
     from dpr.data.dataset import DatasetPaths
     from dpr.data.formats.export import export_dataset

@@ -13,7 +13,7 @@ from dpr.trainkit.config_dict import plain
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="index")
-@report_errors("dpr-index", file_outputs=("output",), schema="index")
+@report_errors("dpr-index", file_outputs=("output",), file_kinds=("faiss_index",), schema="index")
 def _run(cfg: DictConfig) -> None:
     params = plain(cfg.index)
     meta = build_and_save(cfg.embeddings, cfg.output, **params)

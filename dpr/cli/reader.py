@@ -26,7 +26,8 @@ _command: list[str] = []
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="reader")
-@report_errors("dpr-reader", outputs=("output_dir",), file_outputs=("output",), schema="reader")
+@report_errors("dpr-reader", outputs=("output_dir",), file_outputs=("output",),
+               file_kinds=("reader_eval",), schema="reader")
 def _run(cfg: DictConfig) -> None:
     from dpr.data.dataset import DatasetPaths
 

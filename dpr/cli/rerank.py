@@ -132,7 +132,8 @@ def _teacher_scores(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="rerank")
-@report_errors("dpr-rerank", outputs=("output_dir",), file_outputs=("output",))
+@report_errors("dpr-rerank", outputs=("output_dir",), file_outputs=("output",),
+               file_kinds=("dpr_results", "trec_run", "teacher_scores"))
 def _run(cfg: DictConfig) -> None:
     OmegaConf.resolve(cfg)
     {"train": _train, "score": _score, "teacher-scores": _teacher_scores}[_command[0]](cfg)

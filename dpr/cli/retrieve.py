@@ -45,7 +45,7 @@ def _require_questions(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="retrieve")
-@report_errors("dpr-retrieve", file_outputs=("output",), schema="retrieve")
+@report_errors("dpr-retrieve", file_outputs=("output",), file_kinds=("dpr_results", "trec_run"), schema="retrieve")
 def _run(cfg: DictConfig) -> None:
     if cfg.mode == "hybrid":
         from dpr.retrieval.runs import hybrid_retrieve
