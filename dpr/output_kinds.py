@@ -78,7 +78,12 @@ def training_export(head: bytes) -> bool:
     rec = _first_record(head)
     if rec is not None:
         return any(keys <= rec.keys() for keys in _EXPORT_KEYS)
-    return line.startswith(b"anchor,positive") or line.count(b"\t") == 2
+    return line.startswith(b"anchor,positive") or (line.count(b"\t") == 2 and not _corpus(line))
+
+
+def _corpus(line: bytes) -> bool:
+    """A passages TSV's header (``id, text, title``): three tab-separated fields too, but the user's corpus."""
+    return line.split(b"\t")[:2] == [b"id", b"text"]
 
 
 def _first_line(head: bytes) -> bytes:
@@ -102,6 +107,8 @@ def looks_like(head: bytes) -> str:
             return name
     if re.match(rb'^\s*\[\s*\{', head) and b'"positive_ctxs"' in head:
         return "a DPR training file"
+    if _corpus(_first_line(head)):
+        return "a passages TSV"
     if re.match(rb"^\s*[\[{]", head):
         return "a JSON file"
     if b"\0" in head[:1024]:
