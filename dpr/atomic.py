@@ -70,7 +70,8 @@ def check_replaceable(path: str | Path, directory: bool, owned: Callable[[Path],
 
     A file output: nothing there, a symlink, or a file ``same_kind`` passes (it returns None for a file of the
     kind the command writes, else what the file looks like: `dpr.output_kinds.foreign`; without it, any file).
-    A directory output: nothing there, a symlink, an empty directory, or a directory ``owned`` recognises (this command's marker or manifest is in it)."""
+    A directory output: nothing there, a symlink, an empty directory, or a directory ``owned`` recognises (this
+    command's marker or manifest is in it)."""
     path = Path(path)
     if not os.path.lexists(path) or os.path.islink(path):
         return
