@@ -92,12 +92,17 @@ def lock_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
     of a finished run and then both write it. A dead holder's lock is free again (the kernel releases a
     ``flock`` with its process) and is taken over, with a log line."""
     run_dir = Path(run_dir)
+    created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         raise NotADirectoryError(f"output_dir {run_dir}: exists and is not a directory") from None
     path = run_dir / LOCK_FILE
-    fd = _open_locked(run_dir, path)
+    try:
+        fd = _open_locked(run_dir, path)
+    except BaseException:
+        _drop_if_empty(run_dir, created)
+        raise
     try:
         previous = os.read(fd, 4096).decode(errors="replace")
         if previous.strip():  # the file still names a holder: that process died without releasing it
@@ -115,6 +120,14 @@ def lock_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
                 os.unlink(path)
     finally:
         os.close(fd)  # drops the flock
+        _drop_if_empty(run_dir, created)
+
+
+def _drop_if_empty(run_dir: Path, created: bool) -> None:
+    """A run refused before it wrote anything leaves no directory behind that it made only for its lock."""
+    if created:
+        with contextlib.suppress(OSError):  # not empty (the run wrote), or already gone
+            run_dir.rmdir()
 
 
 def _open_locked(run_dir: Path, path: Path) -> int:

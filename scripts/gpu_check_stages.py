@@ -108,6 +108,7 @@ def ddp(out: str, backend: str, device_kind: str) -> None:
     if rank == 0:
         _write(out, result)
         print(json.dumps(result))
+    del net, opt  # DDP's reducer holds the process group: free it first (gloo aborted at exit otherwise)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -254,11 +254,13 @@ def test_lock_run_dir_unit(tmp_path, caplog):
         with pytest.raises(RunDirBusyError, match=r"in use by another run: pid \d+ on .* since .* \(first\)"):
             with lock_run_dir(run, "second"):
                 pass
-    assert not (run / LOCK_FILE).exists()  # released: nothing left in the run directory
+    assert not run.exists()  # released: the directory it made only for the lock is gone too
+    run.mkdir()
+    (run / "keep").write_text("a run's file")
     (run / LOCK_FILE).write_text('{"pid": 99999999, "host": "h", "since": "then", "command": "dead"}')
     with caplog.at_level(logging.WARNING, logger="dpr.run_dir"), lock_run_dir(run, "third"):
         assert "taking over the lock left by pid 99999999 on h since then (dead)" in caplog.text
-    assert not (run / LOCK_FILE).exists()
+    assert not (run / LOCK_FILE).exists() and (run / "keep").is_file()  # a directory it did not make stays
     f = tmp_path / "a_file"
     f.write_text("x")
     with pytest.raises(NotADirectoryError, match="exists and is not a directory"):

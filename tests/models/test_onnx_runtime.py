@@ -107,8 +107,15 @@ def test_runtime_errors(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"runtime must be one of \('auto', 'torch', 'onnx'\), got 'tensorrt'"):
         encode_corpus(tiny_model_dir, passages, tmp_path / "a", runtime="tensorrt", **_kw(tmp_path))
     assert not (tmp_path / "a").exists()  # refused before any work
+    if not torch.cuda.is_available():  # the device rule's check comes first: cuda is refused here as unusable
+        with pytest.raises(ValueError, match="device=cuda: "):
+            encode_corpus(tiny_model_dir, passages, tmp_path / "b", runtime="onnx", device="cuda", **_kw(tmp_path))
+    # where cuda is a usable device (patched here, as on a GPU machine), runtime=onnx still refuses it
+    monkeypatch.setattr("dpr.distributed.check_device", lambda name: name)
     with pytest.raises(ValueError, match="CPU only"):
         encode_corpus(tiny_model_dir, passages, tmp_path / "b", runtime="onnx", device="cuda", **_kw(tmp_path))
+    monkeypatch.undo()
+    assert not (tmp_path / "b").exists()
     if importlib.util.find_spec("onnxruntime") is not None:
         with pytest.raises(ValueError, match="separate levers"):
             encode_corpus(tiny_model_dir, passages, tmp_path / "c", runtime="onnx", quantize="int8", **_kw(tmp_path))
