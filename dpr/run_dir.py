@@ -37,10 +37,10 @@ from typing import Any, Iterator, Mapping
 
 from dpr.atomic import atomic_path, sha256_file
 from dpr.models.run_format import MODEL_FILES
+from dpr.trainkit.finished_run import SUMMARY, COMMON_OUTPUTS, config_diff, read_summary, refuse_or_remove
 
 log = logging.getLogger(__name__)
 
-SUMMARY = "train_summary.json"
 PENDING_HYDRA = ".hydra.pending"
 LOCK_FILE = ".dpr-run.lock"
 
@@ -150,7 +150,7 @@ def _open_locked(run_dir: Path, path: Path) -> int:
 
 
 # What a training run writes (removed on purpose by overwrite=true; .hydra/ and train.log are Hydra's).
-RUN_OUTPUTS = (SUMMARY, *MODEL_FILES, "metrics.jsonl", "validation.jsonl", "checkpoints")
+RUN_OUTPUTS = (SUMMARY, *MODEL_FILES, *COMMON_OUTPUTS)
 # Keys that decide what a run computes; paths and logging do not (a moved data dir is the same data).
 COMPARED = ("model", "data", "train", "seed")
 _IGNORED_DATA_KEYS = ("mirror_dir", "cache_dir")
@@ -167,13 +167,6 @@ def _relevant(conf: Mapping[str, Any]) -> dict:
     return out
 
 
-def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        keys = sorted(set(old) | set(new), key=str)
-        return [d for k in keys for d in _diff(old.get(k), new.get(k), f"{prefix}{k}.")]
-    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
-
-
 def data_fingerprints(train_file: str | Path, dev_file: str | Path | None) -> dict[str, str | None]:
     """``{"train": sha256, "dev": sha256 or None}`` of the files a run trains and validates on (what the
     summary records and :func:`prepare_run_dir` compares)."""
@@ -182,11 +175,8 @@ def data_fingerprints(train_file: str | Path, dev_file: str | Path | None) -> di
 
 
 def _finished_summary(run_dir: str | Path) -> dict | None:
-    try:
-        summary = json.loads((Path(run_dir) / SUMMARY).read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return summary if isinstance(summary, dict) and isinstance(summary.get("config"), dict) else None
+    summary = read_summary(run_dir)
+    return summary if summary is not None and isinstance(summary.get("config"), dict) else None
 
 
 def finished_config(run_dir: str | Path) -> dict | None:
@@ -219,23 +209,11 @@ def prepare_run_dir(run_dir: str | Path, conf: Mapping[str, Any], overwrite: boo
     summary = _finished_summary(run_dir)
     if summary is None:
         return "new"
-    changes = _diff(_relevant(summary["config"]), _relevant(conf))
+    changes = config_diff(_relevant(summary["config"]), _relevant(conf))
     changes += _data_changes(run_dir, summary.get("data_fingerprints"), data)
     if not changes:
         return "same"
-    if not overwrite:
-        shown = "; ".join(changes[:5]) + (f"; ... ({len(changes)} keys)" if len(changes) > 5 else "")
-        raise ValueError(f"{run_dir} holds a finished run trained with other settings or data ({shown}); "
-                         "train into a new output_dir=, or pass overwrite=true to replace that run")
-    log.warning("%s: overwrite=true: removing the finished run (%s) before training", run_dir, "; ".join(changes[:3]))
-    # the summary first: from here on the directory no longer looks finished, whatever happens next
-    for name in RUN_OUTPUTS:
-        p = run_dir / name
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink(missing_ok=True)
-    return "overwritten"
+    return refuse_or_remove(run_dir, changes, overwrite=overwrite, names=RUN_OUTPUTS)
 
 
 def pending_hydra_name() -> str:

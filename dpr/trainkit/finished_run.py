@@ -33,10 +33,11 @@ def read_summary(run_dir: str | Path) -> dict | None:
     return summary if isinstance(summary, dict) else None
 
 
-def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+def config_diff(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """``key: old -> new`` for every leaf where two nested configs differ (the refusal's message)."""
     if isinstance(old, dict) and isinstance(new, dict):
         keys = sorted(set(old) | set(new), key=str)
-        return [d for k in keys for d in _diff(old.get(k), new.get(k), f"{prefix}{k}.")]
+        return [d for k in keys for d in config_diff(old.get(k), new.get(k), f"{prefix}{k}.")]
     return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
 
 
@@ -74,16 +75,24 @@ def check_finished_run(run_dir: str | Path, run_fingerprint: str, config: Mappin
             c["train"] = {k: v for k, v in c["train"].items() if k not in skip}
         return c
 
-    changes = _diff(relevant(summary.get("config")), relevant(dict(config))) or ["the training data"]
+    changes = config_diff(relevant(summary.get("config")), relevant(dict(config))) or ["the training data"]
+    return refuse_or_remove(run_dir, changes, overwrite=overwrite,
+                            names=(*outputs, *COMMON_OUTPUTS) if remove else None)
+
+
+def refuse_or_remove(run_dir: Path, changes: list[str], *, overwrite: bool, names: Iterable[str] | None) -> str:
+    """A finished run of other settings (``changes``: what differs) in ``run_dir``: refused in one ValueError,
+    or with ``overwrite`` its summary and then ``names`` removed (None: nothing, another process removes them);
+    returns ``"overwritten"``. Every trainer's finished-run check ends here (this module's and `dpr.run_dir`'s)."""
     if not overwrite:
         shown = "; ".join(changes[:5]) + (f"; ... ({len(changes)} keys)" if len(changes) > 5 else "")
         raise ValueError(f"{run_dir} holds a finished run trained with other settings or data ({shown}); "
                          "train into a new output_dir=, or pass overwrite=true to replace that run")
-    if remove:
+    if names is not None:
         log.warning("%s: overwrite=true: removing the finished run (%s) before training", run_dir,
                     "; ".join(changes[:3]))
         # the summary first: from here on the directory no longer looks finished, whatever happens next
-        for name in (SUMMARY, *outputs, *COMMON_OUTPUTS):
+        for name in dict.fromkeys((SUMMARY, *names)):
             p = run_dir / name
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
@@ -92,4 +101,4 @@ def check_finished_run(run_dir: str | Path, run_fingerprint: str, config: Mappin
     return "overwritten"
 
 
-__all__ = ["SUMMARY", "COMMON_OUTPUTS", "read_summary", "check_finished_run"]
+__all__ = ["SUMMARY", "COMMON_OUTPUTS", "read_summary", "config_diff", "check_finished_run", "refuse_or_remove"]
