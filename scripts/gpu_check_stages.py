@@ -136,18 +136,12 @@ def compare(report: str, committed: str, out: str) -> int:
 
 
 def tiny_model(out: str) -> None:
-    """A 2-layer random BERT with MiniLM's tokenizer (the tests' tiny_model_dir), saved at ``out``."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    """A 2-layer random BERT with MiniLM's tokenizer (the tests' tiny_model_dir), saved at ``out``: the one the
+    benches build (scripts/profile_step.py)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from profile_step import tiny_bert
 
-    from dpr.models.hub import default_model_path
-
-    torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(default_model_path())
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=256)
-    BertModel(cfg).save_pretrained(out)
-    tok.save_pretrained(out)
+    tiny_bert(Path(out))
 
 
 def tiny_data(data_dir: str) -> None:
