@@ -159,6 +159,19 @@ def write_tiny_dataset(root: Path) -> Path:
     return root
 
 
+
+@pytest.fixture()
+def tiny_model_no_dropout(tiny_model_dir, tmp_path) -> Path:
+    """The tiny BERT without dropout: runs with different process counts then compute the same numbers."""
+    from transformers import AutoTokenizer, BertModel
+
+    out = tmp_path / "tiny_nodrop"
+    model = BertModel.from_pretrained(tiny_model_dir)
+    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.0
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
+    return out
+
 @pytest.fixture()
 def tiny_data_dir(tmp_path) -> Path:
     """``<tmp>/data`` holding one dataset ``tiny`` (the layout `data_dir/<name>/`)."""

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import dpr.distributed as dist
+from tests.tiny_negatives import with_negatives
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = torch.device("meta")
@@ -117,15 +118,6 @@ def test_dpr_encode_with_a_device_it_cannot_use_exits_2_in_one_line(bad, tiny_mo
 # ---------------------------------------------------------------- every model stage on the rule's device
 
 
-def _with_negatives(data_dir: Path) -> Path:
-    path = data_dir / "tiny" / "train.json"
-    data = json.loads(path.read_text())
-    for i, ex in enumerate(data):
-        ex["hard_negative_ctxs"] = [data[(i + j) % len(data)]["positive_ctxs"][0] for j in (1, 2)]
-    path.write_text(json.dumps(data))
-    return path
-
-
 def _results(data_dir: Path, path: Path) -> Path:
     data = json.loads((data_dir / "tiny" / "train.json").read_text())
     res = [{"question": ex["question"], "answers": ex["answers"],
@@ -148,7 +140,7 @@ def test_cross_encoder_training_runs_on_the_rules_device(moved, tiny_model_dir, 
     from dpr.rerank.config import RerankConfig
     from dpr.rerank.train import train_cross_encoder
 
-    train = _with_negatives(tiny_data_dir)
+    train = with_negatives(tiny_data_dir, 2)
     cfg = RerankConfig(model=str(tiny_model_dir), max_length=64)
     cfg.train.max_steps, cfg.train.batch_size, cfg.train.negatives, cfg.train.save_every = 1, 2, 2, 0
     cfg.train.precision = "fp32"
@@ -166,7 +158,7 @@ def test_cross_encoder_validation_scoring_teacher_scores_and_reranking_use_the_r
     from dpr.rerank.stage_config import TeacherStageConfig
     from dpr.rerank.train import as_config
 
-    train = _with_negatives(tiny_data_dir)
+    train = with_negatives(tiny_data_dir, 2)
     # dpr-rerank score (the pipeline's rerank stages load the teacher the same way: the AST test below)
     stats = rerank_file(ce_dir, _results(tiny_data_dir, tmp_path / "res.json"), tmp_path / "out.json", k=3,
                         precision="fp32")
@@ -189,7 +181,7 @@ def test_reader_training_and_evaluation_run_on_the_rules_device(moved, tiny_mode
 
     from dpr.reader.train import train_reader
 
-    train = _with_negatives(tiny_data_dir)
+    train = with_negatives(tiny_data_dir, 2)
     cfg = plain(ReaderConfig(model=str(tiny_model_dir), max_length=64))
     cfg["train"].update(max_steps=1, batch_size=2, negatives=1, save_every=0, precision="fp32")
     cfg["eval"].update(ks=[1], precision="fp32")

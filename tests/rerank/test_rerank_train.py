@@ -12,18 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from tests.system.test_faults import _env, _run, _run_stopped_at
+from tests.tiny_negatives import with_negatives
 
 CLI = [sys.executable, "-m", "dpr.cli.rerank"]
-
-
-def _with_negatives(data_dir: Path) -> list[dict]:
-    """BM25-like negatives: each question gets three other questions' passages."""
-    path = data_dir / "tiny" / "train.json"
-    data = json.loads(path.read_text())
-    for i, ex in enumerate(data):
-        ex["hard_negative_ctxs"] = [data[(i + j) % len(data)]["positive_ctxs"][0] for j in (1, 2, 3)]
-    path.write_text(json.dumps(data))
-    return data
 
 
 def _dev_results(data: list[dict], path: Path) -> Path:
@@ -48,7 +39,7 @@ def _weights(out: Path) -> dict:
 
 
 def test_killed_training_resumes_to_the_weights_of_an_uninterrupted_run(tiny_data_dir, tiny_model_dir, tmp_path):
-    _with_negatives(tiny_data_dir)
+    with_negatives(tiny_data_dir)
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     _run(CLI + _args(tiny_data_dir, tiny_model_dir, straight), tmp_path)
     # frozen just after the second checkpoint (step 4) was written, then SIGKILLed there
@@ -72,7 +63,7 @@ def test_other_settings_do_not_resume_from_old_checkpoints(tiny_data_dir, tiny_m
     from dpr.rerank.config import RerankConfig
     from dpr.rerank.train import train_cross_encoder
 
-    _with_negatives(tiny_data_dir)
+    with_negatives(tiny_data_dir)
     train = tiny_data_dir / "tiny" / "train.json"
     cfg = RerankConfig(model=str(tiny_model_dir), max_length=64)
     cfg.train.max_steps, cfg.train.batch_size, cfg.train.negatives, cfg.train.save_every = 2, 4, 2, 2
@@ -90,7 +81,7 @@ def test_other_settings_do_not_resume_from_old_checkpoints(tiny_data_dir, tiny_m
 
 
 def test_cli_trains_validates_and_reranks_end_to_end(tiny_data_dir, tiny_model_dir, tmp_path):
-    data = _with_negatives(tiny_data_dir)
+    data = json.loads(with_negatives(tiny_data_dir).read_text())
     dev = _dev_results(data, tmp_path / "dev.json")
     out = tmp_path / "run"
     _run(CLI + _args(tiny_data_dir, tiny_model_dir, out, f"dev_results={dev}", "rerank.train.eval_every=2",

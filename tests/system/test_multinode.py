@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.system.test_distributed import free_port
-from tests.training.test_trainer import _env, dpr_train, tiny_model_no_dropout, write_tiny_data_conf  # noqa: F401  (fixture)
+from tests.training.test_trainer import _env, dpr_train, write_tiny_data_conf
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 TIMEOUT = 240

@@ -269,19 +269,6 @@ def test_validation_reuses_corpus_vectors_without_changing_numbers(tiny_model_di
     assert by_id["top8"] == 1.0
 
 
-@pytest.fixture()
-def tiny_model_no_dropout(tiny_model_dir, tmp_path) -> Path:
-    """The tiny BERT without dropout: runs with different process counts then compute the same numbers."""
-    from transformers import AutoTokenizer, BertModel
-
-    out = tmp_path / "tiny_nodrop"
-    model = BertModel.from_pretrained(tiny_model_dir)
-    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.0
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
-    return out
-
-
 @pytest.mark.slow
 def test_torchrun_two_cpu_processes_match_one_process(tiny_model_no_dropout, tiny_data_dir, tmp_path):
     """gloo DDP, 2 ranks x batch 2 = 1 process x batch 4: same global batches, same losses; only rank 0 writes.

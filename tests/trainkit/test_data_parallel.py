@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from dpr.trainkit.data_parallel import share
+from tests.tiny_negatives import with_negatives
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,28 +27,6 @@ def test_shares_are_contiguous_cover_every_item_once_and_differ_by_at_most_one()
     parts = [share(items, r, 3) for r in range(3)]
     assert parts == [[0, 1], [2, 3], [4, 5, 6]] and sum(parts, []) == items
     assert share(items, 0, 1) == items
-
-
-@pytest.fixture()
-def tiny_nodrop(tiny_model_dir, tmp_path) -> Path:
-    """The tiny BERT without dropout: runs with different process counts then compute the same numbers."""
-    from transformers import AutoTokenizer, BertModel
-
-    out = tmp_path / "tiny_nodrop"
-    model = BertModel.from_pretrained(tiny_model_dir)
-    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.0
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
-    return out
-
-
-def _with_negatives(data_dir: Path) -> Path:
-    path = data_dir / "tiny" / "train.json"
-    data = json.loads(path.read_text())
-    for i, ex in enumerate(data):
-        ex["hard_negative_ctxs"] = [data[(i + j) % len(data)]["positive_ctxs"][0] for j in (1, 2, 3)]
-    path.write_text(json.dumps(data))
-    return path
 
 
 def _torchrun(module: str, args: list[str], cwd: Path) -> None:
@@ -80,15 +59,15 @@ def _same_weights(a: dict, b: dict, noise_only: tuple[str, ...] = ()) -> None:
 
 
 @pytest.mark.slow
-def test_cross_encoder_two_processes_equal_one_and_resume(tiny_nodrop, tiny_data_dir, tmp_path):
+def test_cross_encoder_two_processes_equal_one_and_resume(tiny_model_no_dropout, tiny_data_dir, tmp_path):
     from dpr.rerank.config import RerankConfig
     from dpr.rerank.train import train_cross_encoder
 
-    train = _with_negatives(tiny_data_dir)
+    train = with_negatives(tiny_data_dir)
     work = tmp_path / "cwd"
     work.mkdir()
     ddp = tmp_path / "ddp"
-    common = ["train", "data.name=tiny", f"data_dir={tiny_data_dir}", f"output_dir={ddp}", f"model={tiny_nodrop}",
+    common = ["train", "data.name=tiny", f"data_dir={tiny_data_dir}", f"output_dir={ddp}", f"model={tiny_model_no_dropout}",
               "rerank.max_length=64", "rerank.train.batch_size=3", "rerank.train.negatives=2", "rerank.train.lr=1e-4",
               "rerank.train.save_every=2", "rerank.train.keep_checkpoints=5", "rerank.train.precision=fp32",
               "rerank.train.warmup_ratio=0.0", "rerank.train.length_bucket_size=4"]
@@ -96,7 +75,7 @@ def test_cross_encoder_two_processes_equal_one_and_resume(tiny_nodrop, tiny_data
     _killed_after_step_2(ddp, "cross_encoder")
     _torchrun("dpr.cli.rerank", [*common, "rerank.train.max_steps=4"], work)  # resumes from step 2
 
-    cfg = RerankConfig(model=str(tiny_nodrop), max_length=64)
+    cfg = RerankConfig(model=str(tiny_model_no_dropout), max_length=64)
     t = cfg.train
     t.batch_size, t.negatives, t.lr, t.max_steps, t.save_every, t.precision, t.warmup_ratio = 3, 2, 1e-4, 4, 2, "fp32", 0.0
     t.length_bucket_size = 4
@@ -115,16 +94,16 @@ def test_cross_encoder_two_processes_equal_one_and_resume(tiny_nodrop, tiny_data
 
 
 @pytest.mark.slow
-def test_reader_two_processes_equal_one_and_resume(tiny_nodrop, tiny_data_dir, tmp_path):
+def test_reader_two_processes_equal_one_and_resume(tiny_model_no_dropout, tiny_data_dir, tmp_path):
     from dpr.reader.config import ReaderConfig
     from dpr.reader.train import train_reader
     from dpr.trainkit.config_dict import plain
 
-    train = _with_negatives(tiny_data_dir)
+    train = with_negatives(tiny_data_dir)
     work = tmp_path / "cwd"
     work.mkdir()
     ddp = tmp_path / "ddp"
-    common = ["train", "data.name=tiny", f"data_dir={tiny_data_dir}", f"output_dir={ddp}", f"model={tiny_nodrop}",
+    common = ["train", "data.name=tiny", f"data_dir={tiny_data_dir}", f"output_dir={ddp}", f"model={tiny_model_no_dropout}",
               "reader_cfg.max_length=64", "reader_cfg.train.batch_size=3", "reader_cfg.train.negatives=1",
               "reader_cfg.train.lr=1e-4", "reader_cfg.train.save_every=2", "reader_cfg.train.keep_checkpoints=5",
               "reader_cfg.train.precision=fp32", "reader_cfg.train.warmup_ratio=0.0"]
@@ -132,7 +111,7 @@ def test_reader_two_processes_equal_one_and_resume(tiny_nodrop, tiny_data_dir, t
     _killed_after_step_2(ddp, "reader")
     _torchrun("dpr.cli.reader", [*common, "reader_cfg.train.max_steps=4"], work)  # resumes from step 2
 
-    cfg = plain(ReaderConfig(model=str(tiny_nodrop), max_length=64))
+    cfg = plain(ReaderConfig(model=str(tiny_model_no_dropout), max_length=64))
     cfg["train"].update(batch_size=3, negatives=1, lr=1e-4, max_steps=4, save_every=2, keep_checkpoints=5,
                         precision="fp32", warmup_ratio=0.0)
     train_reader(cfg, train, tmp_path / "one")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dpr.trainkit.finished_run import check_finished_run
+from tests.tiny_negatives import with_negatives
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,15 +27,6 @@ def _cli(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
-
-
-def _with_negatives(data_dir: Path) -> Path:
-    path = data_dir / "tiny" / "train.json"
-    data = json.loads(path.read_text())
-    for i, ex in enumerate(data):
-        ex["hard_negative_ctxs"] = [data[(i + j) % len(data)]["positive_ctxs"][0] for j in (1, 2)]
-    path.write_text(json.dumps(data))
-    return path
 
 
 def _refused_then_overwritten(module: str, common: list[str], other: str, run: Path, cwd: Path,
@@ -56,7 +48,7 @@ def test_dpr_rerank_train_refuses_a_finished_run_of_other_settings(tiny_model_di
     from dpr.rerank.config import RerankConfig
     from dpr.rerank.train import train_cross_encoder
 
-    train = _with_negatives(tiny_data_dir)
+    train = with_negatives(tiny_data_dir, 2)
     run = tmp_path / "run"
     cfg = RerankConfig(model=str(tiny_model_dir), max_length=64)
     cfg.train.max_steps, cfg.train.batch_size, cfg.train.negatives, cfg.train.save_every = 2, 2, 2, 2
@@ -71,7 +63,7 @@ def test_dpr_rerank_train_refuses_a_finished_run_of_other_settings(tiny_model_di
 
 
 def test_dpr_reader_train_refuses_a_finished_run_of_other_settings(tiny_model_dir, tiny_data_dir, tmp_path):
-    _with_negatives(tiny_data_dir)
+    with_negatives(tiny_data_dir, 2)
     run = tmp_path / "run"
     common = ["train", "data.name=tiny", f"data_dir={tiny_data_dir}", f"output_dir={run}", f"model={tiny_model_dir}",
               "reader_cfg.max_length=64", "reader_cfg.train.batch_size=4", "reader_cfg.train.max_steps=2",

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from dpr.trainkit.prefetch import prefetched
+from tests.tiny_negatives import with_negatives
 
 
 def test_prefetched_yields_in_order_and_raises_where_the_step_is_consumed():
@@ -29,15 +30,6 @@ def test_prefetched_yields_in_order_and_raises_where_the_step_is_consumed():
     assert got == [0, 1, 2]
 
 
-def _with_negatives(data_dir: Path) -> Path:
-    path = data_dir / "tiny" / "train.json"
-    data = json.loads(path.read_text())
-    for i, ex in enumerate(data):
-        ex["hard_negative_ctxs"] = [data[(i + j) % len(data)]["positive_ctxs"][0] for j in (1, 2, 3)]
-    path.write_text(json.dumps(data))
-    return path
-
-
 def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -50,7 +42,7 @@ def test_cross_encoder_batches_are_the_same_built_ahead(tiny_model_dir, tiny_dat
     from dpr.rerank.config import RerankConfig
     from dpr.rerank.train import train_cross_encoder
 
-    train = _with_negatives(tiny_data_dir)
+    train = with_negatives(tiny_data_dir)
     cfg = RerankConfig(model=str(tiny_model_dir), max_length=64)
     cfg.train.max_steps, cfg.train.batch_size, cfg.train.negatives, cfg.train.save_every = 5, 3, 2, 0
     cfg.train.precision, cfg.train.lr = "fp32", 1e-3
@@ -66,7 +58,7 @@ def test_reader_batches_are_the_same_built_ahead(tiny_model_dir, tiny_data_dir, 
     from dpr.reader.train import train_reader
     from dpr.trainkit.config_dict import plain
 
-    train = _with_negatives(tiny_data_dir)
+    train = with_negatives(tiny_data_dir)
     cfg = plain(ReaderConfig(model=str(tiny_model_dir), max_length=64))
     cfg["train"].update(batch_size=3, negatives=2, lr=1e-3, max_steps=5, save_every=0, precision="fp32")
     train_reader(cfg, train, tmp_path / "ahead", prefetch=2)  # 5 steps cross an epoch (3 steps of 8 questions)
