@@ -147,6 +147,16 @@ def reduce_mean(value: float | torch.Tensor) -> float:
     return float(t) / world_size()
 
 
+def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:
+    """The element-wise mean of ``t`` over ranks, a tensor (``t`` itself when alone): one all-reduce for many
+    figures, read by the caller when it needs them."""
+    if not is_distributed():
+        return t
+    t = t.detach().float().to(device() if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t / world_size()
+
+
 def all_gather_sizes(n: int, ref: torch.Tensor | None = None) -> list[int]:
     """The first-dimension size each rank contributes (one tiny collective)."""
     if not is_distributed():

@@ -34,13 +34,17 @@ class LossOutput:
     """``loss``: the tensor to backpropagate (detached after a step). ``accuracy``: share of this rank's
     questions whose best-scoring non-ignored candidate is a positive; ``avg_rank``: mean number of
     negatives scoring above the question's best positive (0 = top); ``num_candidates``: pool size;
-    ``masked``: (question, candidate) pairs removed from the negatives by the ignore mask."""
+    ``masked``: (question, candidate) pairs removed from the negatives by the ignore mask.
+
+    ``accuracy``, ``avg_rank`` and ``masked`` are 0-dim tensors on the scores' device: reading one as a number
+    waits for the device, which the trainer does only at its logging intervals (issue 44: no host
+    synchronisation inside a step); ``float(out.accuracy)`` where a number is needed."""
 
     loss: torch.Tensor
-    accuracy: float
-    avg_rank: float
+    accuracy: float | torch.Tensor
+    avg_rank: float | torch.Tensor
     num_candidates: int
-    masked: int = 0
+    masked: int | torch.Tensor = 0
 
 
 @dataclass
@@ -106,15 +110,16 @@ def gather_passages(p: torch.Tensor, gather: bool = True) -> torch.Tensor:
 
 
 @torch.no_grad()
-def rank_stats(scores: torch.Tensor, masks: PairMasks) -> tuple[float, float]:
-    """``(accuracy, avg_rank)``: negatives (not positive, not ignored) above each question's best positive."""
+def rank_stats(scores: torch.Tensor, masks: PairMasks) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(accuracy, avg_rank)`` as 0-dim tensors (no host sync): negatives (not positive, not ignored) above
+    each question's best positive."""
     if scores.shape[0] == 0:
-        return 0.0, 0.0
+        return scores.new_zeros((), dtype=torch.float32), scores.new_zeros((), dtype=torch.float32)
     neg_inf = torch.finfo(scores.dtype).min
     best_pos = scores.masked_fill(~masks.positive, neg_inf).max(dim=1, keepdim=True).values
     negatives = ~(masks.positive | masks.ignore)
     ranks = ((scores > best_pos) & negatives).sum(dim=1).float()
-    return float((ranks == 0).float().mean()), float(ranks.mean())
+    return (ranks == 0).float().mean(), ranks.mean()
 
 
 def score_pool(q: torch.Tensor, p: torch.Tensor, masks: PairMasks, similarity: Similarity,
@@ -133,4 +138,4 @@ def loss_output(loss: torch.Tensor, scores: torch.Tensor, masks: PairMasks) -> L
     """A loss's output with the shared figures (in-batch accuracy and rank, pool size, masked pairs)."""
     accuracy, avg_rank = rank_stats(scores, masks)
     return LossOutput(loss=loss, accuracy=accuracy, avg_rank=avg_rank, num_candidates=int(scores.shape[1]),
-                      masked=int(masks.ignore.sum()))
+                      masked=masks.ignore.sum())

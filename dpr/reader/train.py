@@ -143,7 +143,7 @@ def train_reader(rcfg: Mapping[str, Any], train_path: str | Path, output_dir: st
             if world > 1:
                 figures = {k: global_sum(v * weight) for k, v in figures.items()}
                 loss = torch.tensor(global_sum(part.item()))
-            figures = {"step": step + 1, "epoch": epoch, "loss": loss.item(), "lr": lr, "grad_norm": grad_norm,
+            figures = {"step": step + 1, "epoch": epoch, "loss": loss.item(), "lr": lr, "grad_norm": float(grad_norm),
                        "seconds": round(time.perf_counter() - t0, 2), **figures}
             logger.log_train(step + 1, {k: v for k, v in figures.items() if k != "step"})
             if (step + 1) % max(1, int(tcfg.get("log_every", 20))) == 0:

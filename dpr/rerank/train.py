@@ -114,8 +114,8 @@ def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], 
     accuracy = group_accuracy(scores.detach(), positive, ignore)
     if dist.is_distributed():
         return {"loss": global_sum(part.item()), "accuracy": global_sum(accuracy * len(mine)) / len(groups),
-                "lr": lr, "grad_norm": grad_norm}
-    return {"loss": loss.item(), "accuracy": accuracy, "lr": lr, "grad_norm": grad_norm}
+                "lr": lr, "grad_norm": float(grad_norm)}
+    return {"loss": loss.item(), "accuracy": accuracy, "lr": lr, "grad_norm": float(grad_norm)}
 
 
 def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path,

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -66,15 +65,17 @@ def nonfinite_parameters(model: torch.nn.Module) -> list[str]:
 
 
 def check_step_finite(step: int, loss: float, grad_norm: float, model: torch.nn.Module, *, lr: float,
-                      scaled: bool = False) -> None:
+                      scaled: bool = False, weights: bool = True) -> None:
     """Raise :class:`TrainingDiverged` unless step ``step``'s loss, gradient norm and resulting weights are
-    finite (``scaled``: fp16 loss scaling, where an overflowing gradient only makes the scaler skip the step)."""
+    finite (``scaled``: fp16 loss scaling, where an overflowing gradient only makes the scaler skip the step;
+    ``weights=False``: not the weights, which have moved on since that step)."""
     problem = None
+    loss, grad_norm = float(loss), float(grad_norm)
     if not math.isfinite(loss):
         problem = f"the loss is {loss}"
     elif not math.isfinite(grad_norm) and not scaled:
         problem = f"the gradient norm is {grad_norm}"
-    else:
+    elif weights:
         bad = nonfinite_parameters(model)
         if bad == ["<norm overflow>"]:
             problem = "the weights' norm overflows fp32 (|w| > ~1e19)"
@@ -129,6 +130,8 @@ class Trainer:
     start_vectors: torch.Tensor | None = None  # the corpus encoded by the starting weights (corpus_reuse)
     best_vectors: torch.Tensor | None = None   # the corpus encoded by the best weights, once validated here
     health: HealthWatch = field(default_factory=lambda: HealthWatch(enabled=dist.is_main()))  # warnings
+    # steps not yet checked: (step, lr, grad norm, micro-batch losses, accuracies) as device tensors
+    _pending: list = field(default_factory=list, repr=False)
 
     @property
     def main(self) -> bool:
@@ -184,12 +187,11 @@ class Trainer:
                 self.train_model, micro, step_fn=frozen_index_step if frozen else self.step_fn,
                 autocast=self.autocast, optimizer=self.optimizer, scheduler=self.scheduler,
                 scaler=self.scaler, max_grad_norm=tc.max_grad_norm, device=self.device)
-            check_step_finite(st.step + 1, dist.reduce_mean(torch.stack([o.loss.detach().float()
-                                                                         for o in outputs]).sum()),
-                              grad_norm, self.model, lr=lr, scaled=self.scaler.is_enabled())
             st.step += 1
-            self.health.after_step(st.step, float(np.mean([o.loss.item() for o in outputs])),
-                                   float(np.mean([o.accuracy for o in outputs])))
+            # read back at the next logging interval, validation or checkpoint (flush_checks), not now: a
+            # number read here would make the host wait for the device every step
+            self._pending.append((st.step, lr, grad_norm, torch.stack([o.loss.detach().float() for o in outputs]),
+                                  torch.stack([torch.as_tensor(o.accuracy, dtype=torch.float32) for o in outputs])))
             st.batch_in_epoch += accum
             epoch_done = st.batch_in_epoch + accum > num_batches
             if epoch_done:
@@ -210,6 +212,22 @@ class Trainer:
                 return
 
     # ----------------------------------------------------------------- pieces
+    def flush_checks(self) -> None:
+        """The finiteness check and the health watch of every step since the last call, in step order, from
+        one read of the device (and one all-reduce under DDP): before anything is logged, validated or saved,
+        so a diverged step is still never written (:func:`check_step_finite`)."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        losses = torch.stack([p[3].sum() for p in pending])  # each step's micro-batch losses, summed
+        local = torch.stack([torch.stack([p[3].mean(), p[4].mean(), p[2].float().reshape(()).to(p[3].device)])
+                             for p in pending]).cpu()  # the one sync
+        losses = dist.all_reduce_mean(losses).cpu()
+        for i, (step, lr, _, _, _) in enumerate(pending):
+            check_step_finite(step, float(losses[i]), float(local[i, 2]), self.model, lr=lr,
+                              scaled=self.scaler.is_enabled(), weights=i == len(pending) - 1)
+            self.health.after_step(step, float(local[i, 0]), float(local[i, 1]))
+
     def _needs_corpus(self, step: int) -> bool:
         return self.corpus is not None and (step < self.tc.frozen_steps or self.tc.corpus_negatives)
 
@@ -235,6 +253,7 @@ class Trainer:
                 and list(self.validator.corpus[0]) == c.ids)
 
     def validate(self) -> None:
+        self.flush_checks()
         st = self.state
         known = self.corpus.vectors if self._passages_unchanged() else None
         if known is None and st.step == 0 and self.start_vectors is not None and self.validator.corpus is not None:
@@ -260,6 +279,7 @@ class Trainer:
                                                       "validation": metrics})
 
     def save_checkpoint(self) -> None:
+        self.flush_checks()
         rngs = dist.all_gather_object(rng_state())
         if self.main:
             extra = {}
@@ -283,11 +303,12 @@ class Trainer:
         st = self.state
         log.info("resumed from %s (step %d, epoch %d, batch %d)", resume_dir, st.step, st.epoch, st.batch_in_epoch)
 
-    def _log_step(self, outputs: list, lr: float, grad_norm: float, examples_per_s: float, epoch: float,
+    def _log_step(self, outputs: list, lr: float, grad_norm: torch.Tensor, examples_per_s: float, epoch: float,
                   frozen: bool, pbar, data_wait: float = 0.0) -> None:
         tc, st = self.tc, self.state
         if not (st.step % tc.log_every == 0 or st.step == self.total_steps or st.step % tc.print_every == 0):
             return
+        self.flush_checks()
         row = step_row(outputs, lr, grad_norm, examples_per_s, epoch)
         row["frozen"] = frozen
         row["data_wait_ms"] = round(1e3 * data_wait, 3)
@@ -300,18 +321,21 @@ class Trainer:
                          ex_s=f"{row['examples_per_s']:.1f}", refresh=False)
 
 
-def step_row(outputs: list, lr: float, grad_norm: float, examples_per_s: float, epoch: float) -> dict:
+def step_row(outputs: list, lr: float, grad_norm: float | torch.Tensor, examples_per_s: float, epoch: float) -> dict:
     """One metrics.jsonl row: the step's micro-batch losses and in-batch ranks, averaged over ranks."""
+    def mean(values: list) -> float:
+        return dist.reduce_mean(torch.stack([torch.as_tensor(v, dtype=torch.float32).detach() for v in values]).mean())
+
     return {
-        "loss": dist.reduce_mean(torch.stack([o.loss.detach() for o in outputs]).mean()),
-        "accuracy": dist.reduce_mean(float(np.mean([o.accuracy for o in outputs]))),
-        "avg_rank": dist.reduce_mean(float(np.mean([o.avg_rank for o in outputs]))),
+        "loss": mean([o.loss for o in outputs]),
+        "accuracy": mean([o.accuracy for o in outputs]),
+        "avg_rank": mean([o.avg_rank for o in outputs]),
         "lr": lr,
-        "grad_norm": grad_norm,
+        "grad_norm": float(grad_norm),
         "examples_per_s": examples_per_s,
         "epoch": epoch,
         "negatives": outputs[0].num_candidates - 1,  # candidates besides the positive, across ranks
-        "masked": dist.reduce_mean(float(np.mean([o.masked for o in outputs]))),  # false-negative pairs removed
+        "masked": mean([o.masked for o in outputs]),  # false-negative pairs removed
     }
 
 

@@ -113,23 +113,24 @@ def clip_gradients(
     max_norm: float,
     optimizer: torch.optim.Optimizer | None = None,
     scaler: "torch.amp.GradScaler | None" = None,
-) -> float:
-    """Clip the global gradient norm to ``max_norm`` (<= 0: measure only). Returns the norm before clipping.
+) -> torch.Tensor:
+    """Clip the global gradient norm to ``max_norm`` (<= 0: measure only). Returns the norm before clipping, a
+    0-dim tensor on the gradients' device (no host sync: ``float()`` it where a number is needed).
 
     With fp16 the gradients are still scaled: unscale them first, or the threshold means nothing.
     """
     params = [p for p in params if p.grad is not None]
     if not params:
-        return 0.0
+        return torch.zeros(())
     if scaler is not None and scaler.is_enabled() and optimizer is not None:
         scaler.unscale_(optimizer)
     limit = max_norm if max_norm and max_norm > 0 else float("inf")
     norm = torch.nn.utils.clip_grad_norm_(params, limit, foreach=True)
-    return float(norm)
+    return norm.detach()
 
 
 def apply_update(params: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer, scheduler: Any,
-                 max_grad_norm: float, scaler: "torch.amp.GradScaler | None" = None) -> tuple[float, float]:
+                 max_grad_norm: float, scaler: "torch.amp.GradScaler | None" = None) -> tuple[float, torch.Tensor]:
     """The update after the backward passes: ``(lr, grad_norm)`` -- the learning rate this step uses, the
     gradient norm of ``params`` before clipping them to ``max_grad_norm`` (:func:`clip_gradients`); then the
     optimizer step (through ``scaler`` when given: it unscales, and skips the step on an fp16 overflow), the

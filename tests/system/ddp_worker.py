@@ -126,7 +126,7 @@ def main() -> None:
         ):
             res = step()
             save_file(grads_of(model), str(out / f"rank{r}_{loss_name}_{name}.safetensors"))
-            figures = dict(loss=res.loss.item(), accuracy=res.accuracy, avg_rank=res.avg_rank, n=res.num_candidates)
+            figures = dict(loss=res.loss.item(), accuracy=float(res.accuracy), avg_rank=float(res.avg_rank), n=res.num_candidates)
             (out / f"rank{r}_{loss_name}_{name}.json").write_text(json.dumps(figures))
 
     # Unequal sizes: rank r contributes r + 1 rows of value r; every rank's loss is sum(weights * gathered).
