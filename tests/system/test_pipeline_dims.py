@@ -66,3 +66,18 @@ def test_pipeline_bad_dims_are_one_line_before_any_stage(tiny_data_dir, tiny_mod
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
     assert all(w in lines[0] for w in words), lines[0]
     assert not (out / "stages").exists() or not any((out / "stages").iterdir())
+
+
+def test_default_config_records_the_stage_params_it_recorded_before_dims():
+    """With dense.dim and dense.dims at their defaults every stage records the parameters it recorded before they
+    existed (so every recorded run's stages stay up to date), and the report holds the same systems:
+    ``data/default_stage_params.json`` was written by ``data/record_stage_params.py`` on commit a7f7796."""
+    import os
+    import subprocess
+
+    here = Path(__file__).parent / "data"
+    env = {k: v for k, v in os.environ.items() if k != "DPR_DATA_MIRROR"}  # recorded as data.mirror_dir: null
+    proc = subprocess.run([sys.executable, str(here / "record_stage_params.py")], capture_output=True, text=True,
+                          env={**env, "PYTHONPATH": str(here.parents[2]), "WANDB_MODE": "disabled"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == json.loads((here / "default_stage_params.json").read_text())
