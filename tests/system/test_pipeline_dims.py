@@ -81,3 +81,21 @@ def test_default_config_records_the_stage_params_it_recorded_before_dims():
                           env={**env, "PYTHONPATH": str(here.parents[2]), "WANDB_MODE": "disabled"}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout) == json.loads((here / "default_stage_params.json").read_text())
+
+
+def test_pipeline_dense_dim_encodes_both_dense_systems_at_that_size(tiny_data_dir, tiny_model_dir, tmp_path):
+    """dense.dim=16: dense_untrained and dense hold 16-d vectors (the trained ones stored from training's own
+    vectors, truncated: no second encode), and dense.dims below it truncate those further."""
+    from dpr.index import read_index_meta
+    from dpr.index.shards import list_shards
+
+    out = tmp_path / "run"
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "dense.dim=16", "dense.dims=[8]")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for system, dim in (("dense_untrained", 16), ("dense", 16), ("dense@8", 8)):
+        manifest = list_shards(out / system / "embeddings")[0].manifest
+        assert (manifest["dim"], manifest["truncate_dim"], manifest["model_dim"]) == (dim, dim, 32), system
+        assert read_index_meta(out / system / "index.faiss")["dim"] == dim
+    assert list_shards(out / "dense" / "embeddings")[0].manifest.get("reused_from") == "training validation"
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert {"dense_untrained", "dense", "dense@8", "hybrid"} <= set(report["systems"])
