@@ -252,7 +252,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
     def dense_system(name: str, model_path: str, model_inputs: list,
                      make_vectors: Callable[[Path], Any] | None = None) -> dict[str, Path]:
         """Encode (at ``dense.dim``), index, retrieve test and dev. ``make_vectors(emb)``: writes the system's
-        embeddings instead, as its own stage (``dense@<d>``: `dpr.pipeline_dims`)."""
+        embeddings instead, as its own stage (``dense@<d>``: `dpr.index.truncate`)."""
         sdir = out / name
         emb, idx = sdir / "embeddings", sdir / "index.faiss"
         res = {split: sdir / f"{split}{ext}" for split in (split_eval, split_dev)}
