@@ -73,6 +73,7 @@ SEED_MAX = 2 ** 32 - 1       # numpy's and torch's seed range
 MAX_K = 1_000_000            # passages per question; searches cap k at the corpus size anyway
 MAX_BATCH = 2 ** 20
 MAX_LENGTH = 2 ** 20         # tokens; the real bound is the model's max_position_embeddings (checked on load)
+MAX_DIM = 65_536  # a vector size (encode.dim, dense.dims): as the projection's (dpr.models.biencoder)
 MAX_SHARDS = 100_000
 MAX_THREADS = 1024
 MAX_RESAMPLES = 1_000_000

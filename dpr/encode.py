@@ -96,13 +96,16 @@ def _non_finite_message(dtype: str, vecs: Any, shard: int, a: int, b: int, model
 
 
 def _common_manifest(model_path: str | Path, passages_path: Path, total: int, dtype: str, max_length: int | None,
-                     quantize: str, runtime: str, weights: str = "fp32", compile: bool = False) -> dict:
-    """What every shard's manifest records about the run (what a finished shard must match to be reused)."""
+                     quantize: str, runtime: str, weights: str = "fp32", compile: bool = False,
+                     truncate_dim: int | None = None) -> dict:
+    """What every shard's manifest records about the run (what a finished shard must match to be reused).
+    ``truncate_dim``: ``encode.dim`` (null: the model's full vectors), recorded only when set so that the manifests
+    of full-size encodes stay as they were."""
     model_id = str(Path(model_path).resolve()) if Path(str(model_path)).is_dir() else str(model_path)
     return {"model": model_id, "model_fingerprint": model_fingerprint(model_path),
             "passages": passages_signature(passages_path), "passages_sha256": passages_fingerprint(passages_path),
             "total": total, "dtype": dtype, "max_length": max_length, "quantize": quantize, "runtime": runtime,
-            "weights": weights, "compile": compile}
+            "weights": weights, "compile": compile, **({"truncate_dim": truncate_dim} if truncate_dim else {})}
 
 
 def _is_finished(files: ShardFiles, expected: dict) -> bool:
@@ -110,16 +113,21 @@ def _is_finished(files: ShardFiles, expected: dict) -> bool:
     if manifest is None:
         return False
     keys = ("shard_id", "num_shards", "start", "end", "total", "count", "dtype", "model_fingerprint",
-            "passages_sha256", "max_length", "quantize", "runtime", "weights", "compile")
+            "passages_sha256", "max_length", "quantize", "runtime", "weights", "compile", "truncate_dim")
     # Shards written before the runtime / weights / compile were recorded: torch, fp32 weights, eager.
-    return all(manifest.get(k, _RECORDED_LATER.get(k)) == expected.get(k) for k in keys)
+    return all(manifest.get(k, _RECORDED_LATER.get(k)) == expected.get(k, _RECORDED_LATER.get(k)) for k in keys)
 
 
-# Manifest keys added after shards were first written, and the value older shards had.
-_RECORDED_LATER = {"runtime": "torch", "weights": "fp32", "compile": False}
+# Manifest keys added after shards were first written, and the value older shards had (truncate_dim: written only
+# when encode.dim truncates, absent = the full vectors).
+_RECORDED_LATER = {"runtime": "torch", "weights": "fp32", "compile": False, "truncate_dim": None}
+# The setting's name where it differs from the manifest's key.
+_SETTING_NAMES = {"truncate_dim": "dim"}
 
 
 def _setting(value: Any) -> str:
+    if value is None:
+        return "null"  # dim=null: the full vectors
     return str(value).lower() if isinstance(value, bool) else str(value)  # compile=true, as typed on the CLI
 
 
@@ -134,10 +142,11 @@ def _refuse_mixed(out: Path, num_shards: int, settings: dict[str, Any]) -> None:
         manifest = check_shard(files)
         for key, value in settings.items():
             old = (manifest or {}).get(key, _RECORDED_LATER[key])
+            name = _SETTING_NAMES.get(key, key)
             if manifest is not None and old != value:
-                raise DataError(files.manifest, f"shard written with {key}={_setting(old)}, this run encodes with "
-                                f"{key}={_setting(value)}: one index must not mix them; rerun with "
-                                f"{key}={_setting(old)}, or use another output_dir (or delete these shards)",
+                raise DataError(files.manifest, f"shard written with {name}={_setting(old)}, this run encodes with "
+                                f"{name}={_setting(value)}: one index must not mix them; rerun with "
+                                f"{name}={_setting(old)}, or use another output_dir (or delete these shards)",
                                 field=key)
 
 
@@ -186,7 +195,9 @@ def encode_corpus(
     ``compile`` (`dpr.models.compile`: the passage tower through ``torch.compile(dynamic=True)``; a torch
     lever, so ``runtime=auto`` is torch with it; recorded and refused on a mixed resume as ``weights``);
     ``length_sort`` "tokens" | "chars" | "none" (`dpr.models.iter_encode_batches`: how each chunk is batched; the
-    same vectors up to rounding, so not recorded, like ``batch_size``).
+    same vectors up to rounding, so not recorded, like ``batch_size``); ``dim`` (Matryoshka, `dpr.models.truncate`):
+    each vector's first ``dim`` coordinates, re-normalised for a cosine model (null or the model's size: the full
+    vectors; larger: one line before any work; recorded as ``truncate_dim``, a resume with another is refused).
     """
     from dpr.data.passages import load_passages
 
@@ -203,6 +214,11 @@ def encode_corpus(
     check_int("num_shards", num_shards, 1, MAX_SHARDS)
     check_optional_int("shard_id", shard_id, 0, int(num_shards) - 1, f" (num_shards={num_shards})")
     check_max_length(max_length)  # the model's own bound once it is loaded, before anything is encoded
+    from dpr.index.fingerprint import model_dim
+    from dpr.models.truncate import check_dim, truncate
+
+    # the model's size from its JSON files (a hub name: checked again once loaded, still before any encoding)
+    truncate_dim = check_dim(cfg.dim, model_dim(model_path), f"the model {model_path}")
     from dpr.models.inference import check_length_sort
 
     check_length_sort(length_sort)
@@ -227,11 +243,12 @@ def encode_corpus(
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_other_runs(out, int(num_shards))
-    _refuse_mixed(out, int(num_shards), {"weights": weights, "compile": compile})
+    _refuse_mixed(out, int(num_shards), {"weights": weights, "compile": compile, "truncate_dim": truncate_dim})
     passages_path = Path(passages_path)
     ds = load_passages(passages_path, cache_dir=cache_dir)
     total = len(ds)
-    common = _common_manifest(model_path, passages_path, total, dtype, max_length, quantize, runtime, weights, compile)
+    common = _common_manifest(model_path, passages_path, total, dtype, max_length, quantize, runtime, weights, compile,
+                              truncate_dim)
 
     pending = []
     for i in todo_ids:
@@ -270,7 +287,10 @@ def encode_corpus(
         runner = onnx_tower(model, tokenizer, "passage", common["model_fingerprint"],
                             cache_dir=Path(cache_dir) / "onnx" if cache_dir is not None else None)
     normalized = model.config.similarity == "cosine"
-    dim = int(model.dim)
+    model_size = int(model.dim)
+    check_dim(truncate_dim, model_size, f"the model {model_path}")  # a hub name's size is known only now
+    dim = min(truncate_dim or model_size, model_size)
+    sizes = {"model_dim": model_size} if truncate_dim else {}  # the full size, beside a truncated one
     np_dtype = np.dtype(dtype)
     for i, start, end, files, expected in pending:
         _remove_temps(files)  # leftovers of a killed run: never reused, never mistaken for output
@@ -296,7 +316,7 @@ def encode_corpus(
                     model, tokenizer, rows["text"], "passage", batch_size=batch_size, max_length=max_length,
                     device=dev, autocast=autocast, titles=rows["title"], runner=runner, length_sort=length_sort,
                 ):
-                    arr = vecs.numpy().astype(np_dtype)
+                    arr = truncate(vecs, truncate_dim, normalized).numpy().astype(np_dtype)
                     if not np.isfinite(arr).all():
                         raise ValueError(_non_finite_message(dtype, vecs, i, a, b, model_path))
                     vectors[np.asarray(pos) + (a - start)] = arr
@@ -305,7 +325,7 @@ def encode_corpus(
             vectors.flush()
             del vectors
         seconds = time.perf_counter() - t0
-        manifest = {**expected, "dim": dim, "normalized": normalized, "seconds": round(seconds, 2),
+        manifest = {**expected, "dim": dim, **sizes, "normalized": normalized, "seconds": round(seconds, 2),
                     "passages_per_second": round(count / seconds, 1) if seconds > 0 else None}
         commit_shard(files, tmp_vectors, tmp_ids, manifest)
         log.info("shard %d/%d: %d passages × %d dims (%s) in %.1f s → %s", i, num_shards, count, dim, dtype,
@@ -376,17 +396,22 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
     if why is not None:
         log.info("corpus vectors not reused for %s (%s): it will be encoded", output_dir, why)
         return False
-    arr = np.asarray(vectors, dtype=np.float32).astype(dtype)
+    from dpr.models.truncate import check_dim, truncate
+
+    normalized = saved.similarity == "cosine"
+    full = np.asarray(vectors, dtype=np.float32)
+    truncate_dim = check_dim(cfg.dim, full.shape[1], f"the model {model_path}")  # encode.dim: as encode_corpus cuts
+    arr = truncate(torch.from_numpy(full), truncate_dim, normalized).numpy().astype(dtype)
     if not np.isfinite(arr).all():
         return False  # encode_corpus reports the overflow with its row numbers
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_other_runs(out, 1)
     common = _common_manifest(model_path, Path(passages_path), len(ids), dtype, max_length, quantize, runtime, weights,
-                              compile)
-    normalized = saved.similarity == "cosine"
+                              compile, truncate_dim)
+    sizes = {"model_dim": full.shape[1]} if truncate_dim else {}
     # the manifest encode_corpus writes (_expected_manifest: shard 0 of 1, rows 0..N), plus where it came from
-    write_shard(out, 0, 1, arr, list(ids), start=0, end=len(ids), **common, normalized=normalized, seconds=0.0,
-                reused_from="training validation")
+    write_shard(out, 0, 1, arr, list(ids), start=0, end=len(ids), **common, **sizes, normalized=normalized,
+                seconds=0.0, reused_from="training validation")
     log.info("stored %d corpus vectors from training as %s (no re-encoding)", len(ids), out)
     return True

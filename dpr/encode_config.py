@@ -10,10 +10,10 @@ and check types and ranges; `encode_corpus` checks them again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, List, Optional
 
-from dpr.checks import INT32_MAX, MAX_BATCH, MAX_LENGTH
-from dpr.config import ranged, register_defaults
+from dpr.checks import INT32_MAX, MAX_BATCH, MAX_DIM, MAX_LENGTH
+from dpr.config import ranged, ranged_list, register_defaults
 
 
 @dataclass
@@ -44,6 +44,10 @@ class EncodeConfig:
     # tokens (tokenize each chunk once, batch by token count) | chars (by characters, tokenizing batch by batch:
     # sentence-transformers' rule) | none (file order); the same vectors up to rounding (dpr/models/inference.py)
     length_sort: str = "tokens"
+    # Matryoshka truncation (dpr/models/truncate.py): null = the model's full vectors; d = each passage vector's first
+    # d coordinates, re-normalised for a cosine model. Recorded in the manifests (``truncate_dim``); > the model's
+    # size is one line before any work; a resume with another dim is refused
+    dim: Optional[int] = ranged(None, 1, MAX_DIM, note="and <= the model's vector size; null = the full size")
 
 
 # The keys of the pipeline's ``encode`` section. The others keep EncodeConfig's defaults there (the pipeline
@@ -52,8 +56,39 @@ class EncodeConfig:
 PIPELINE_KEYS = ("batch_size", "dtype", "autocast", "quantize", "runtime", "weights")
 
 
+@dataclass
+class DenseConfig:
+    """The pipeline's ``dense`` section: the dimensions of its dense systems (Matryoshka truncation,
+    dpr/models/truncate.py). Registered as ``dense_cfg/default``; with both at their defaults no stage changes.
+
+    ``dim``: the ``dense`` and ``dense_untrained`` systems encoded at that dimension (``encode.dim``; null = full).
+    ``dims``: for each d an extra system ``dense@<d>``: the trained model's passage vectors of ``dense/embeddings``
+    truncated to d (no re-encode: `dpr.index.truncate.truncate_embeddings`), its own index, test and dev retrieval,
+    reported beside ``dense``. The hybrid stays ``dense``'s."""
+
+    dim: Optional[int] = ranged(None, 1, MAX_DIM, note="null = the model's full size")
+    dims: List[int] = ranged_list(1, MAX_DIM)
+
+    def check(self, full: int | None = None) -> "DenseConfig":
+        """Each size usable (distinct, each below ``dense.dim`` when set and <= ``full``, the model's size when
+        known): a ValueError naming the key and the sizes otherwise. Returns self."""
+        for key, d in (("dense.dim", self.dim), *(("dense.dims", d) for d in self.dims)):
+            if d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 1):
+                raise ValueError(f"{key} must hold positive integers, got {d!r}")
+            if d is not None and full is not None and d > full:
+                raise ValueError(f"{key}: {d} is larger than the {full} dimensions of the model's vectors")
+        if len(set(self.dims)) != len(self.dims):
+            raise ValueError(f"dense.dims must be distinct sizes, got {list(self.dims)}")
+        if self.dim is not None and any(d >= self.dim for d in self.dims):
+            raise ValueError(f"dense.dims {list(self.dims)}: each must be smaller than dense.dim={self.dim} "
+                             "(they truncate the dense system's vectors)")
+        return self
+
+
 def register_schema() -> None:
     """``encode_cfg/default`` (every field) and ``encode_cfg/pipeline`` (`PIPELINE_KEYS`): EncodeConfig's
-    defaults, for conf/encode.yaml and conf/pipeline.yaml to select."""
+    defaults, for conf/encode.yaml and conf/pipeline.yaml to select; ``dense_cfg/default``: DenseConfig's, for
+    conf/pipeline.yaml's ``dense`` section."""
     register_defaults("encode_cfg", "default", EncodeConfig)
     register_defaults("encode_cfg", "pipeline", EncodeConfig, keys=PIPELINE_KEYS)
+    register_defaults("dense_cfg", "default", DenseConfig)

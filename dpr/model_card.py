@@ -263,6 +263,21 @@ def _usage_section(exported: bool, cfg: Any) -> list[str]:
             "                      ignore_patterns=[\"checkpoints/*\"])", "```"]
 
 
+def _truncation_note(dim: int | None, cfg: Any) -> list[str]:
+    """Under Usage, for an export that records a Matryoshka ``truncate_dim``: what encode returns, and how to get the
+    vectors dpr computes at that size (sentence-transformers cuts after the model's normalisation)."""
+    if not dim:
+        return []
+    cosine = cfg.similarity == "cosine"
+    return ["", f"This copy records `truncate_dim: {dim}` (`config_sentence_transformers.json`): `encode_query` and "
+            f"`encode_document` return each vector's first {dim} coordinates (Matryoshka); "
+            "`SentenceTransformer(path, truncate_dim=None)` gives the full vectors."
+            + (" sentence-transformers truncates after the model's normalisation: pass `normalize_embeddings=True` "
+               "for unit vectors (what `dpr-encode dim=" + str(dim) + "` stores); `model.similarity` (cosine) ranks "
+               "the same either way." if cosine else " The prefix is what `dpr-encode dim=" + str(dim)
+               + "` stores (dot product: no re-normalisation).")]
+
+
 def render_model_card(facts: Mapping[str, Any], exported: bool, model_name: str, plot: str | None = None) -> str:
     """The card text: YAML front matter, then the markdown body."""
     cfg = facts["config"]
@@ -271,24 +286,26 @@ def render_model_card(facts: Mapping[str, Any], exported: bool, model_name: str,
              "`dpr` on " + (f"`{facts['dataset']}`" if facts["dataset"] else "its data")
              + ". Questions and passages are embedded separately; a passage's score is the "
              + ("cosine" if cfg.similarity == "cosine" else "dot product") + " of the two vectors.")
-    body = [f"# {model_name}", "", intro, "", *_model_section(cfg), "", *_usage_section(exported, cfg), "",
+    body = [f"# {model_name}", "", intro, "", *_model_section(cfg), "", *_usage_section(exported, cfg),
+            *_truncation_note(facts.get("truncate_dim"), cfg), "",
             *_training_section(facts), "", *_evaluation_section(facts, plot), "", "## Citation", "",
             "```bibtex", DPR_CITATION, "```", ""]
     return f"---\n{meta}---\n\n" + "\n".join(body)
 
 
 def write_model_card(target_dir: str | Path, report: str | Path | None = None, *, run_dir: str | Path | None = None,
-                     model_name: str | None = None) -> Path:
+                     model_name: str | None = None, truncate_dim: int | None = None) -> Path:
     """Write ``<target_dir>/README.md`` (and copy the report's ``topk.png`` beside it).
 
     ``target_dir`` is a run directory (the trainer's ``output_dir``), or an export of one with
     ``run_dir`` naming the run. ``report`` is an evaluation ``report.json``; by default the pipeline's
-    ``<run>/../eval/report.json`` when there is one. Returns the card's path.
+    ``<run>/../eval/report.json`` when there is one. ``truncate_dim``: the export's Matryoshka size (its
+    ``config_sentence_transformers.json``), stated under Usage. Returns the card's path.
     """
     target = Path(target_dir)
     run = Path(run_dir) if run_dir is not None else target
     exported = (target / "modules.json").is_file()
-    facts = card_facts(run, report)
+    facts = {**card_facts(run, report), "truncate_dim": truncate_dim}
     plot = None
     if facts["report_path"] is not None:
         src = facts["report_path"].parent / PLOT_FILE

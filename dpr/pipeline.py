@@ -24,8 +24,9 @@ from dpr.bm25.config import index_settings
 from dpr.config import strict_from_dict
 from dpr.data.dataset import DatasetPaths
 from dpr.data.prepare import prepare_dataset
-from dpr.encode_config import EncodeConfig
+from dpr.encode_config import DenseConfig, EncodeConfig
 from dpr.eval.report import evaluate_qa, evaluate_qrels
+from dpr.index.truncate import truncate_embeddings
 from dpr.losses import build_loss
 from dpr.model_card import write_model_card
 from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
@@ -52,10 +53,30 @@ def _model(cfg: DictConfig) -> dict:
     return without_empty_prefixes(plain(cfg.model))
 
 
-def _encode_config(cfg: DictConfig) -> EncodeConfig:
+def _encode_config(cfg: DictConfig, dim: int | None = None) -> EncodeConfig:
     """The ``encode`` section as `encode_corpus` takes it: its keys (and any other EncodeConfig field a user adds,
-    ``+encode.max_length=128``) over EncodeConfig's defaults; a key that is no field is one line naming it."""
-    return strict_from_dict(EncodeConfig, plain(cfg.encode), "encode")
+    ``+encode.max_length=128``) over EncodeConfig's defaults; a key that is no field is one line naming it.
+    ``dim``: the Matryoshka size the dense systems are encoded at (``dense.dim``; not a key of the section, whose
+    keys are every encode stage's recorded parameters)."""
+    section = plain(cfg.encode)
+    return strict_from_dict(EncodeConfig, {**section, "dim": dim} if dim else section, "encode")
+
+
+def dense_config(cfg: DictConfig) -> DenseConfig:
+    """The ``dense`` section (``dense.dim``, ``dense.dims``: Matryoshka sizes), checked against the model's vector size
+    where its files tell it (a projection, or a local model's hidden size); defaults when absent."""
+    from dpr.index.fingerprint import model_dim
+    from dpr.models.hub import resolve_model_name
+
+    model = cfg.get("model") or {}
+    full = model.get("projection_dim") or model_dim(resolve_model_name(str(model.get("name", ""))))
+    return strict_from_dict(DenseConfig, plain(cfg.get("dense") or {}), "dense").check(full)
+
+
+def encode_params(cfg: DictConfig, dim: int | None) -> dict:
+    """An encode stage's recorded parameters: the ``encode`` section, plus ``dim`` only where ``dense.dim`` sets it
+    (so the stages of a run without it keep their fingerprints)."""
+    return {**plain(cfg.encode), "dim": dim} if dim else plain(cfg.encode)
 
 
 def _questions(ds: DatasetPaths, split: str) -> list[Path]:
@@ -89,6 +110,7 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
     # a loss with a BM25 teacher (lexical_distill) builds the dataset's index with the run's bm25.* (recorded in the
     # train stage only when they are not the defaults: stages of the default settings stay up to date)
     teacher_bm25 = bm25_teacher_section(build_loss(plain(cfg.get("loss"))), plain(cfg.get("bm25")))
+    dense_dim = dense_config(cfg).dim  # dense.dim: the dense systems' vectors are truncated to it
     prev_model: Path | None = None
     for r in range(1, rounds + 1):
         rdir = out / "rounds" / f"round{r}"
@@ -129,7 +151,8 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
             export_emb = None  # a dev-only run exports nothing
         stages.run(
             "train" if rounds == 1 else f"train_round{r}",
-            lambda tc=train_cfg, se=start_emb, ee=export_emb: _train_reusing_vectors(cfg, ds, tc, se, ee, rounds),
+            lambda tc=train_cfg, se=start_emb, ee=export_emb, last=r == rounds: _train_reusing_vectors(
+                cfg, ds, tc, se, ee, rounds, dense_dim if last else None, reuse_start=r > 1 or not dense_dim),
             outputs=model_outputs(mdir),
             inputs=[train_file, ds.dev, ds.passages, start_emb, *inputs], params=plain(train_cfg),
         )
@@ -144,18 +167,20 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
 
 
 def _train_reusing_vectors(cfg: DictConfig, ds: DatasetPaths, train_cfg: DictConfig, start_emb: Path,
-                           export_emb: Path | None, rounds: int) -> dict:
+                           export_emb: Path | None, rounds: int, dim: int | None = None,
+                           reuse_start: bool = True) -> dict:
     """``train`` started from the corpus vectors in ``start_emb`` (encoded by the starting weights), its
     saved weights' corpus vectors stored in ``export_emb`` (None: nowhere) as the export stage would write
     them (which then skips): two corpus encodings fewer per round (dpr.training.corpus_reuse). ``rounds``
-    goes into the run's summary, for its model card (the train config no longer holds it)."""
-    start = start_emb if start_emb.is_dir() else None  # read by the trainer, only when it uses it
+    goes into the run's summary, for its model card (the train config no longer holds it). ``dim``: the export's
+    ``dense.dim``; ``reuse_start`` false: ``start_emb`` holds truncated vectors the trainer cannot start from."""
+    start = start_emb if reuse_start and start_emb.is_dir() else None  # read by the trainer, only when it uses it
     extra = {"rounds": rounds}
     if export_emb is None:
         return train(train_cfg, extra_summary=extra, start_vectors=start)
 
     def on_saved(model_dir: Path, ids: list[str], vectors: torch.Tensor, computed_with: dict) -> None:
-        encode.save_encoded(model_dir, ds.passages, export_emb, ids, vectors.numpy(), _encode_config(cfg),
+        encode.save_encoded(model_dir, ds.passages, export_emb, ids, vectors.numpy(), _encode_config(cfg, dim),
                             computed_with=computed_with)
 
     return train(train_cfg, extra_summary=extra, start_vectors=start, on_saved=on_saved)
@@ -169,6 +194,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
     if until not in (None, "train"):
         raise ValueError(f"until must be null (every stage) or train, got {until!r}")
     split_rounds(plain(cfg.train))  # train.rounds and the remine settings: checked before any stage runs
+    dense = dense_config(cfg)  # dense.dim / dense.dims: checked before any stage runs
     RemineConfig.from_dict(plain(cfg.get("remine")))
     if cfg.get("teacher"):  # the teacher's settings checked before any stage runs
         from dpr.rerank.pipeline import check_teacher
@@ -223,15 +249,21 @@ def run_pipeline(cfg: DictConfig) -> dict:
     model_dir = out / "model"
     systems: dict[str, dict[str, Path]] = {}
 
-    def dense_system(name: str, model_path: str, model_inputs: list) -> dict[str, Path]:
+    def dense_system(name: str, model_path: str, model_inputs: list,
+                     make_vectors: Callable[[Path], Any] | None = None) -> dict[str, Path]:
+        """Encode (at ``dense.dim``), index, retrieve test and dev. ``make_vectors(emb)``: writes the system's
+        embeddings instead, as its own stage (``dense@<d>``: `dpr.index.truncate`)."""
         sdir = out / name
         emb, idx = sdir / "embeddings", sdir / "index.faiss"
         res = {split: sdir / f"{split}{ext}" for split in (split_eval, split_dev)}
-        stages.run(
-            f"{name}_encode",
-            lambda: encode.encode_corpus(model_path, ds.passages, emb, _encode_config(cfg)),
-            outputs=[emb], inputs=[ds.passages, *model_inputs], params=plain(cfg.encode),
-        )
+        if make_vectors is not None:
+            make_vectors(emb)
+        else:
+            stages.run(
+                f"{name}_encode",
+                lambda: encode.encode_corpus(model_path, ds.passages, emb, _encode_config(cfg, dense.dim)),
+                outputs=[emb], inputs=[ds.passages, *model_inputs], params=encode_params(cfg, dense.dim),
+            )
         stages.run(
             f"{name}_index",
             lambda: faiss_index.build_and_save(emb, idx, **plain(cfg.index)),
@@ -275,6 +307,12 @@ def run_pipeline(cfg: DictConfig) -> dict:
         return _finish(out, stages, start, {"until": "train", "model": str(model_dir),
                                             "train_summary": str(model_dir / "train_summary.json")})
     systems["dense"] = dense_system("dense", str(model_dir), [model_marker(model_dir)])
+    # dense.dims: dense@<d>, the trained model's vectors truncated to d (no re-encode); the hybrid stays dense's
+    full_emb = out / "dense" / "embeddings"
+    for d in dense.dims:
+        systems[f"dense@{d}"] = dense_system(f"dense@{d}", str(model_dir), [model_marker(model_dir)], lambda emb, d=d: (
+            stages.run(f"dense@{d}_truncate", lambda: truncate_embeddings(full_emb, emb, d), outputs=[emb],
+                       inputs=[full_emb], params={"dim": d})))
 
     # 5. hybrid: linear fusion weight tuned on dev, plus reciprocal rank fusion for reference
     hyb_dir = out / "hybrid"
@@ -302,6 +340,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
         "bm25": bm25_test,
         "dense_untrained": systems["dense_untrained"][split_eval],
         "dense": systems["dense"][split_eval],
+        **{name: res[split_eval] for name, res in systems.items() if name.startswith("dense@")},
         "hybrid": hybrid_test,
         "hybrid_rrf": rrf_test,
     }

@@ -40,6 +40,8 @@ def _run(cfg: DictConfig) -> None:
     from dpr.rerank.model import is_cross_encoder_dir
 
     if is_cross_encoder_dir(cfg.model_path):  # a dpr-rerank output: a sentence-transformers CrossEncoder
+        if cfg.dim is not None:
+            raise ValueError(f"dim={cfg.dim}: a cross-encoder has no vectors to truncate (dim is for retrievers)")
         from dpr.export.cross_encoder import compare_cross_encoder_export, export_cross_encoder
 
         out = export_cross_encoder(cfg.model_path, cfg.output, model_name=cfg.model_name)
@@ -50,7 +52,7 @@ def _run(cfg: DictConfig) -> None:
         return
     prompts = plain(cfg.prompts)
     out = export_sentence_transformers(cfg.model_path, cfg.output, prompts=prompts, report=cfg.report,
-                                       model_name=cfg.model_name)
+                                       model_name=cfg.model_name, dim=cfg.dim)
     print(f"dpr-export: {cfg.model_path} → {out} ({cfg.format}, model card {out / 'README.md'})")
     if cfg.check:
         figures = compare_export(cfg.model_path, out, CHECK_QUESTIONS, [t for _, t in CHECK_PASSAGES],

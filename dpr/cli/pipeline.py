@@ -28,7 +28,7 @@ register_schema()  # train/schema: conf/train/*.yaml extend the TrainConfig data
 register_bm25_schema()  # bm25_cfg/default, hybrid_cfg/default, eval_cfg/default: the bm25, hybrid and eval
 register_hybrid_schema()  # sections' defaults (BM25Config, HybridConfig, EvalConfig), selected by conf/pipeline.yaml
 register_eval_schema()
-register_encode_schema()  # encode_cfg/pipeline: the encode section's defaults (EncodeConfig)
+register_encode_schema()  # encode_cfg/pipeline, dense_cfg/default: the encode and dense sections' defaults
 register_mining_schema()  # bm25_mine_cfg/pipeline: bm25.k and bm25.num_negatives (BM25MiningConfig)
 register_retrieve_schema()  # retrieve_cfg/pipeline: the retrieve section's defaults (RetrieveConfig)
 register_teacher_schema()  # teacher_cfg/schema: the TeacherStageConfig dataclass

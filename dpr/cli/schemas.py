@@ -36,7 +36,7 @@ from dpr import encode_config
 from dpr.checks import INT32_MAX, MAX_SHARDS, MAX_THREADS, SEED_MAX
 from dpr.bm25.config import BM25Config, register_schema as register_bm25
 from dpr.cli.ranges import check_config_ranges, ranged
-from dpr.encode_config import EncodeConfig, register_schema as register_encode
+from dpr.encode_config import DenseConfig, EncodeConfig, register_schema as register_encode
 from dpr.eval.config import BootstrapConfig, EvalConfig, register_schema as register_eval
 from dpr.models import BiEncoderConfig
 from dpr.negatives import bm25_config as mining_config
@@ -215,6 +215,7 @@ PipelineEncode = command_schema("PipelineEncode", (EncodeConfig, encode_config.P
 PipelineRetrieve = command_schema("PipelineRetrieve", (RetrieveConfig, retrieve_config.PIPELINE_KEYS))
 PipelineHybrid = command_schema("PipelineHybrid", HybridConfig)
 PipelineEval = command_schema("PipelineEval", EvalConfig)
+PipelineDense = command_schema("PipelineDense", DenseConfig)
 
 
 # dpr-reader (and dpr-pipeline's reader=true): reader_cfg is `dpr.reader.config.ReaderConfig`, the one source of
@@ -252,6 +253,7 @@ class PipelineSchema:
     retrieve: PipelineRetrieve = field(default_factory=PipelineRetrieve)
     hybrid: PipelineHybrid = field(default_factory=PipelineHybrid)
     eval: PipelineEval = field(default_factory=PipelineEval)
+    dense: PipelineDense = field(default_factory=PipelineDense)
     remine: Any = None     # RemineConfig checks its own section (types and ranges), before any stage runs
 
 

@@ -24,13 +24,20 @@ def compare_export(run_dir: str | Path, export_dir: str | Path, questions: Seque
 
     from dpr.models import encode_texts, load_biencoder
 
+    from dpr.models.truncate import truncate
+
     model, tok = load_biencoder(str(run_dir))
-    ours_q = encode_texts(model, tok, questions, "question", batch_size=batch_size, autocast="off").numpy()
-    ours_p = encode_texts(model, tok, passages, "passage", batch_size=batch_size, autocast="off",
-                          titles=titles).numpy()
     st = SentenceTransformer(str(export_dir), device="cpu", local_files_only=True)
-    st_q = np.asarray(st.encode_query(list(questions), batch_size=batch_size, convert_to_numpy=True))
-    st_p = np.asarray(st.encode_document(_st_inputs(passages, titles), batch_size=batch_size, convert_to_numpy=True))
+    # an export with a Matryoshka truncate_dim: dpr's vectors cut by its rule, the export's re-normalised to match
+    dim, cosine = st.truncate_dim, model.config.similarity == "cosine"
+    ours_q = truncate(encode_texts(model, tok, questions, "question", batch_size=batch_size, autocast="off"), dim,
+                      cosine).numpy()
+    ours_p = truncate(encode_texts(model, tok, passages, "passage", batch_size=batch_size, autocast="off",
+                                   titles=titles), dim, cosine).numpy()
+    norm = {"normalize_embeddings": True} if dim and cosine else {}
+    st_q = np.asarray(st.encode_query(list(questions), batch_size=batch_size, convert_to_numpy=True, **norm))
+    st_p = np.asarray(st.encode_document(_st_inputs(passages, titles), batch_size=batch_size, convert_to_numpy=True,
+                                         **norm))
 
     def cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)

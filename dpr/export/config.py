@@ -25,6 +25,9 @@ class ExportConfig:
     # shared tower only, e.g. {query: "query: ", document: "passage: "} (a model trained without: leave null)
     prompts: Optional[Any] = None
     check: bool = False                 # after exporting, compare vectors / scores with the run's on a built-in sample
+    # Matryoshka: recorded as the copy's truncate_dim (config_sentence_transformers.json), so encode returns each
+    # vector's first dim coordinates (null: the full vectors; > the model's size: one line)
+    dim: Optional[int] = None
 
 
 def register_schema() -> None:

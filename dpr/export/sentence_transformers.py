@@ -16,6 +16,11 @@ without activation when the run has a projection, and ``Normalize`` for cosine s
   ``query`` / ``document`` prompts, which ``encode_query`` / ``encode_document`` apply (before a pair's
   first segment, the title, as training did).
 
+``dim`` (Matryoshka): stored as the copy's ``truncate_dim`` (``config_sentence_transformers.json``, read back by
+``SentenceTransformer(<dir>)``), so ``encode*`` return each vector's first ``dim`` coordinates. sentence-transformers
+cuts after the model's ``Normalize``: for a cosine model ``normalize_embeddings=True`` gives dpr's re-normalised
+vectors (`dpr.models.truncate`), and ``model.similarity`` (cosine) ranks the same either way (the card says so).
+
 Passages trained with titles are encoded as the pair ``(title, text)`` (``[CLS] title [SEP] text
 [SEP]``, DPR's input); ``encode_document`` takes such tuples, and a passage without a title is its
 text alone.
@@ -57,8 +62,10 @@ def _tower_modules(tower_dir: Path, config: Any, projection: Any, shared: bool) 
     return modules
 
 
-def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] | None = None) -> Any:
-    """The `SentenceTransformer` equivalent of the run directory ``run_dir`` (in memory, CPU)."""
+def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] | None = None,
+                               dim: int | None = None) -> Any:
+    """The `SentenceTransformer` equivalent of the run directory ``run_dir`` (in memory, CPU); ``dim``: its
+    ``truncate_dim`` (module doc; larger than the model's vectors: a ValueError naming both sizes)."""
     try:
         from sentence_transformers import SentenceTransformer
         from sentence_transformers.sentence_transformer.modules import Normalize, Router
@@ -73,6 +80,9 @@ def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] |
     if not is_biencoder_dir(run_dir):
         raise FileNotFoundError(f"{run_dir}: not a trained run directory (no {model_marker(run_dir).name})")
     model, _ = load_biencoder(run_dir)  # validates the run and gives the projection weights
+    from dpr.models.truncate import check_dim
+
+    dim = check_dim(dim, int(model.dim), f"the run {run_dir}")
     config = model.config
     trained = {name: text for name, text in (("query", config.question_prefix), ("document", config.passage_prefix))
                if text}
@@ -95,29 +105,34 @@ def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] |
     if config.similarity == "cosine":
         modules.append(Normalize())
     return SentenceTransformer(modules=modules, device="cpu", prompts={**(prompts or {}), **trained} or None,
-                               similarity_fn_name=SIMILARITY_FN[config.similarity])
+                               similarity_fn_name=SIMILARITY_FN[config.similarity], truncate_dim=dim)
 
 
 def export_sentence_transformers(run_dir: str | Path, output: str | Path, *,
                                  prompts: Mapping[str, str] | None = None, report: str | Path | None = None,
-                                 card: bool = True, **card_options: Any) -> Path:
+                                 card: bool = True, dim: int | None = None, **card_options: Any) -> Path:
     """Write ``run_dir`` as a sentence-transformers directory at ``output`` (built aside, renamed
-    into place), with the model card (`dpr.model_card.write_model_card`) as its ``README.md``."""
+    into place), with the model card (`dpr.model_card.write_model_card`) as its ``README.md``; ``dim``: the
+    copy's ``truncate_dim`` (Matryoshka, module doc), stated on the card."""
     output = Path(output)
     if output.exists() and not output.is_dir():
         raise DataError(output, "exists and is not a directory", field="output")
     if Path(run_dir).resolve().is_relative_to(output.resolve()):
         # the export replaces output as a whole: never over the run it is made from
         raise DataError(output, f"would replace the run directory {run_dir} it exports", field="output")
+    from dpr.models.run_format import output_dim
+    from dpr.models.truncate import check_dim
+
+    check_dim(dim, output_dim(run_dir), f"the run {run_dir}")  # from its JSON files: before any weight loads
     owned = owned_by(run_dir)  # an export of this run (again) may be replaced; anything else is refused first
     check_replaceable(output, directory=True, owned=owned)
-    st = build_sentence_transformer(run_dir, prompts=prompts)
+    st = build_sentence_transformer(run_dir, prompts=prompts, dim=dim)
     with atomic_path(output, owned=owned) as tmp:
         st.save(str(tmp), create_model_card=False)
         write_marker(tmp, run_dir, "sentence-transformers")
         if card:
             from dpr.model_card import write_model_card
 
-            write_model_card(tmp, report=report, run_dir=run_dir, **card_options)
+            write_model_card(tmp, report=report, run_dir=run_dir, truncate_dim=st.truncate_dim, **card_options)
     log.info("exported %s as sentence-transformers to %s", run_dir, output)
     return output

@@ -81,6 +81,24 @@ def index_meta_path(index_path: str | Path) -> Path:
     return Path(str(index_path) + ".json")
 
 
+def check_index_dim(where: str | Path, meta: dict, dim: int | None, model_path: str | Path) -> int | None:
+    """The index's vectors against the model's ``dim`` (None: unknown, nothing checked): the same size, or a
+    Matryoshka truncation the index records (``truncate_dim`` = its ``dim``, ``model_dim`` = the model's: the
+    retriever cuts the questions alike). Returns the truncation size (None: none); any other size is one line
+    naming ``where`` and both sizes (a DataError, field ``dim``)."""
+    index_dim = meta.get("dim")
+    if dim is None or not isinstance(index_dim, int) or index_dim == dim:
+        return None
+    truncated = meta.get("truncate_dim") == index_dim and meta.get("model_dim", dim) == dim
+    if index_dim < dim and truncated:
+        return index_dim
+    why = ("a truncation of other vectors" if index_dim < dim and meta.get("truncate_dim") == index_dim
+           else "not recorded as a truncation: encode.dim / dense.dims record it" if index_dim < dim
+           else "built with another model")
+    raise DataError(where, f"the model {model_path} makes {dim}-dim vectors but the index holds "
+                    f"{index_dim}-dim ones ({why}): rebuild the index from this model's embeddings", field="dim")
+
+
 def check_index_matches(index_path: str | Path, model_path: str | Path,
                         passages_path: str | Path | None = None) -> dict[str, Any]:
     """Refuse an index that another model or another passages file produced; returns its metadata.
@@ -103,10 +121,7 @@ def check_index_matches(index_path: str | Path, model_path: str | Path,
         raise DataError(meta_file, f"broken JSON ({err})") from None
     if not isinstance(meta, dict):
         raise DataError(meta_file, "expected a JSON object")
-    dim, index_dim = model_dim(model_path), meta.get("dim")
-    if dim is not None and isinstance(index_dim, int) and dim != index_dim:
-        raise DataError(meta_file, f"the model {model_path} makes {dim}-dim vectors but the index holds "
-                        f"{index_dim}-dim ones: built with another model", field="dim")
+    check_index_dim(meta_file, meta, model_dim(model_path), model_path)
     want_model = meta.get("model_fingerprint")
     if not want_model:
         log.warning("%s: no model fingerprint, cannot check the index matches %s (re-encode with dpr-encode "

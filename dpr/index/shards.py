@@ -216,7 +216,8 @@ def check_ranges(shards: list[Shard]) -> None:
 
 
 def embeddings_info(shards: list[Shard]) -> dict:
-    """Totals over shards: ``count``, ``dim``, ``dtype``, ``model``, ``normalized``."""
+    """Totals over shards: ``count``, ``dim``, ``dtype``, ``model``, ``normalized`` (and ``truncate_dim``,
+    ``model_dim`` where the vectors are truncated)."""
     first = shards[0].manifest
     return {
         "count": sum(s.count for s in shards),
@@ -227,6 +228,8 @@ def embeddings_info(shards: list[Shard]) -> dict:
         "passages_sha256": first.get("passages_sha256"),
         "normalized": bool(first.get("normalized", False)),
         "num_shards": len(shards),
+        # Matryoshka-truncated shards (encode.dim, dense.dims): the model's full size beside the stored one
+        **{k: first[k] for k in ("truncate_dim", "model_dim") if first.get(k) is not None},
     }
 
 

@@ -122,6 +122,8 @@ def build_and_save(embeddings_dir: str | Path, output: str | Path, **params: Any
         "model_fingerprint": info["model_fingerprint"],
         "passages_sha256": info["passages_sha256"],
         "normalized": info["normalized"],
+        # truncated vectors (dpr.index.truncate, encode.dim): the question side is cut to "dim" the same way
+        **{k: info[k] for k in ("truncate_dim", "model_dim") if k in info},
         "build_seconds": round(seconds, 2),
         "params": {k: v for k, v in params.items() if isinstance(v, (str, int, float, bool, type(None)))},
     }

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import torch
 
 from dpr.losses.base import LossOutput, PairMasks, Similarity
+from dpr.models.truncate import truncate  # noqa: F401 (re-exported: the one truncation rule lives in dpr.models)
 
 
 class MatryoshkaLoss:
@@ -49,14 +50,3 @@ class MatryoshkaLoss:
             first = first or out
         assert first is not None
         return replace(first, loss=total)
-
-
-def truncate(vectors: torch.Tensor, dim: int | None, normalize: bool) -> torch.Tensor:
-    """The first ``dim`` coordinates of each row (None or the full size: unchanged), re-normalised to unit length
-    for cosine models (``normalize``) so inner products stay cosines."""
-    if dim is None or dim >= vectors.shape[-1]:
-        return vectors
-    if dim < 1:
-        raise ValueError(f"encode.dim must be >= 1, got {dim}")
-    out = vectors[..., :dim]
-    return torch.nn.functional.normalize(out, p=2, dim=-1) if normalize else out.contiguous()

@@ -177,7 +177,7 @@ class DenseRetriever(Retriever):
 
         device = check_device(device)  # the one device rule's key, checked before anything is loaded
         self.weights = resolve_weights(weights, device, autocast)  # before anything is loaded
-        self.index_path = Path(index)
+        self.index_path, self.run_dir = Path(index), run_dir
         # an index from another model or passages file is refused before anything is loaded or encoded
         check_index_matches(self.index_path, run_dir, passages if isinstance(passages, (str, Path)) else None)
         self.index, self.ids = load_index(self.index_path, device=index_device, nprobe=nprobe, ef_search=ef_search)
@@ -190,10 +190,19 @@ class DenseRetriever(Retriever):
         self.store = PassageStore(passages, cache_dir=cache_dir) if passages is not None else None
 
     def _check_index(self, meta: dict) -> None:
-        dim, config = self.model.dim, self.model.config
-        if dim != self.index.d:
-            raise DataError(self.index_path, f"the model's vectors have {dim} dims but the index has {self.index.d}: "
-                            "index built with another model?", field="dim")
+        """The index's dimension against the model's: equal, or a recorded Matryoshka truncation (the questions are
+        then cut alike: ``truncate_dim``); the similarity the passages were normalised for."""
+        from dpr.index.fingerprint import check_index_dim
+
+        dim, config, d = int(self.model.dim), self.model.config, int(self.index.d)
+        self.truncate_dim: int | None = None
+        if d < dim and not meta:  # an index built elsewhere: nothing records what its vectors are
+            log.warning("%s: %d-dim vectors, the model's are %d-dim, and no metadata (%s.json): taking them as "
+                        "Matryoshka-truncated (the questions are cut to %d)", self.index_path, d, dim,
+                        self.index_path.name, d)
+            self.truncate_dim = d
+        elif d != dim:
+            self.truncate_dim = check_index_dim(self.index_path, {**meta, "dim": d}, dim, self.run_dir)
         cosine = config.similarity == "cosine"
         if "normalized" in meta and bool(meta["normalized"]) != cosine:
             log.warning("%s holds %s passage vectors but the model uses %s similarity: scores will not match "
@@ -201,12 +210,15 @@ class DenseRetriever(Retriever):
                         config.similarity)
 
     def encode(self, questions: Sequence[str]) -> np.ndarray:
-        """Question vectors, float32 ``[N, D]``."""
+        """Question vectors, float32 ``[N, D]`` (D: the index's, the model's vectors truncated to it by the rule
+        that cut the passages, `dpr.models.truncate`, when the index holds truncated ones)."""
         from dpr.models import encode_texts
+        from dpr.models.truncate import truncate
 
-        return encode_texts(self.model, self.tokenizer, list(questions), "question", batch_size=self.batch_size,
-                            max_length=self.max_length, device=self.device, autocast=self.autocast,
-                            progress=len(questions) > self.batch_size).numpy()
+        vectors = encode_texts(self.model, self.tokenizer, list(questions), "question", batch_size=self.batch_size,
+                               max_length=self.max_length, device=self.device, autocast=self.autocast,
+                               progress=len(questions) > self.batch_size)
+        return truncate(vectors, self.truncate_dim, self.model.config.similarity == "cosine").numpy()
 
     def _search_ids(self, questions: list[str], k: int) -> list[Ranked]:
         from dpr.index import search
