@@ -74,11 +74,12 @@ def load_adapted(path: Path, encoder_dir: Path, settings: Mapping[str, Any]) -> 
     if recorded and found and recorded != found:
         raise DataError(path / CONFIG_FILE, f"the adapters were trained on another {base!r} (base fingerprint "
                         f"{recorded[:12]}, found {found[:12]})", field="base_fingerprint")
-    # the head the base lacks is drawn, then replaced by the saved one: the caller's RNG stream is left as it was
+    # the head the base lacks and fresh adapters are drawn, then replaced by the saved ones: the caller's RNG stream
+    # is left as it was (loading a model does not move a seeded run's draws)
     with torch.random.fork_rng(devices=[]):
         model = AutoModelForSequenceClassification.from_pretrained(resolve_model_name(base), num_labels=1)
-    model.config.sentence_transformers = {"activation_fn": ST_ACTIVATION}
-    return load_adapters(model, encoder_dir, trainable=False)
+        model.config.sentence_transformers = {"activation_fn": ST_ACTIVATION}
+        return load_adapters(model, encoder_dir, trainable=False)
 
 
 @contextlib.contextmanager
