@@ -94,7 +94,7 @@ def plain_encoder_dir(ce_dir: str | Path) -> Iterator[Path]:
     if not is_adapted(settings):
         yield ce_dir / ENCODER_DIR
         return
-    model, tokenizer, _ = load_cross_encoder(ce_dir, device="cpu")
+    model, tokenizer, _ = load_cross_encoder(ce_dir)  # the device rule's device: saving moves nothing
     with tempfile.TemporaryDirectory(prefix="dpr-merged-ce-") as tmp:
         merged_copy(model).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)  # as saved: with the trained maximum length
