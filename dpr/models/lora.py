@@ -45,7 +45,8 @@ class LoraSettings:
         self.target_modules = [str(m) for m in self.target_modules]
 
     @classmethod
-    def coerce(cls, value: "LoraSettings | Mapping[str, Any] | None", label: str = "model.lora") -> "LoraSettings | None":
+    def coerce(cls, value: "LoraSettings | Mapping[str, Any] | None",
+               label: str = "model.lora") -> "LoraSettings | None":
         """``value`` as settings (None: no adapters); ``label``: the key the messages name (the cross-encoder's is
         ``rerank.model.lora``)."""
         if value is None or isinstance(value, LoraSettings):

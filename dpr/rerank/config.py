@@ -72,9 +72,10 @@ class RerankModelConfig:
     fingerprints (`RerankConfig.as_dict`)."""
 
     name: str = DEFAULT_MODEL_ALIAS   # the offline alias, a hub name or a local dir
-    lora: Any = None                  # null: the whole model trains | {r, alpha, dropout, target_modules}: LoRA adapters
-                                      # through peft (`dpr.models.lora.LoraSettings`, the dual encoder's model.lora);
-                                      # only they and the new head train (typed Any for Hydra: a LoraSettings here)
+    lora: Any = None                  # null: the whole model trains | {r, alpha, dropout, target_modules}: LoRA
+                                      # adapters through peft (`dpr.models.lora.LoraSettings`, the dual encoder's
+                                      # model.lora); only they and the new head train (typed Any for Hydra: a
+                                      # LoraSettings once built)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

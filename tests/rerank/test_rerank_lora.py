@@ -1,6 +1,7 @@
 """LoRA for the cross-encoder (``rerank.model.lora``): only the adapters and the new head train; the saved directory
 and the checkpoints hold them, not the base; it loads back to the same scores, is refused on another base, resumes
-after a kill, scores and teacher-scores unchanged, and exports to a plain sentence-transformers model with our scores."""
+after a kill, scores and teacher-scores unchanged, and exports to a plain sentence-transformers model with our
+scores."""
 
 from __future__ import annotations
 
