@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     d = RerankConfig()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=d.model, help="base encoder (alias, HF dir) or a trained cross-encoder dir")
+    ap.add_argument("--model", default=d.model.name, help="base encoder (alias, HF dir) or a trained cross-encoder dir")
     ap.add_argument("--results", type=Path, help="a DPR results file: pairs from each question's top --k ctxs")
     ap.add_argument("--k", type=int, default=d.score.k)
     ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")

@@ -67,13 +67,32 @@ def given_keys(overrides: Iterable[str]) -> set[str]:
     return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
 
 
+# The cross-encoder's ``rerank.model`` is a mapping ``{name, lora}`` (`dpr.rerank.config.RerankModelConfig`) that
+# also takes a plain name: a name given to it on the command line goes to its ``name``, so ``rerank.model=X
+# rerank.model.lora={r: 16}`` works in either order (Hydra would replace the mapping by the string, then refuse the
+# nested key).
+NAMED_MODEL_KEYS = ("rerank.model", "teacher_cfg.rerank.model")
+
+
+def model_name_overrides(overrides: Iterable[str]) -> list[str]:
+    """``rerank.model=X`` → ``rerank.model.name=X`` (see :data:`NAMED_MODEL_KEYS`); a mapping or null as given."""
+    out = []
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        plain_name = sep and value.strip() and not value.lstrip().startswith("{") and value.strip() != "null"
+        out.append(f"{key}.name={value}" if key in NAMED_MODEL_KEYS and plain_name else o)
+    return out
+
+
 def hydra_argv(argv: list[str], extra: Mapping[str, str] | None = None,
                renames: Mapping[str, str] | None = None) -> list[str]:
-    """``argv`` reordered for Hydra: program, overrides (``renames`` applied), those of ``extra`` whose key
-    the user did not set, then Hydra's flags."""
+    """``argv`` reordered for Hydra: program, overrides (``renames`` applied, a cross-encoder's model name given
+    to its ``name``: :func:`model_name_overrides`), those of ``extra`` whose key the user did not set, then
+    Hydra's flags."""
     overrides, flags = split_argv(argv[1:])
     if renames:
         overrides = rename_overrides(overrides, dict(renames))
+    overrides = model_name_overrides(overrides)
     # threads=N is a process setting in no command's config (dpr.perf.threads pops it before the schema check)
     overrides = [f"++{o}" if o.partition("=")[0] == "threads" else o for o in overrides]
     given = given_keys(overrides)

@@ -37,8 +37,10 @@ PATH_KEYS = ("data_dir", "output_dir", "data.mirror_dir", "data.cache_dir", "pas
              "qrels_dev", "index_dir")
 # Config keys (dotted) naming a model to load, in any command: each is checked by `check_model_path` before the
 # command runs, so a missing local directory is named as such (Hugging Face would call it a malformed repo id).
-MODEL_KEYS = ("model_path", "model.name", "rerank.model", "reader_cfg.model", "reader_model",
-              "teacher_cfg.rerank.model")
+MODEL_KEYS = ("model_path", "model.name", "rerank.model", "rerank.model.name", "reader_cfg.model", "reader_model",
+              "teacher_cfg.rerank.model", "teacher_cfg.rerank.model.name")  # rerank.model: a name or {name, lora}
+# how a model key is named in the message: the cross-encoder's model by its key, whichever spelling gave it
+_MODEL_KEY_SHOWN = {"rerank.model.name": "rerank.model", "teacher_cfg.rerank.model.name": "teacher_cfg.rerank.model"}
 # Expected failures: one line, exit 2. Anything else is a bug: one line + the traceback in a log file.
 # OSError covers missing/unwritable paths, full disks and models that cannot be found or loaded.
 # OmegaConf errors: a config problem (a missing mandatory value, an interpolation that cannot resolve).
@@ -273,7 +275,7 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
                                 try:
                                     check_model_path(value)
                                 except FileNotFoundError as err:
-                                    raise FileNotFoundError(f"{key}: {err}") from None
+                                    raise FileNotFoundError(f"{_MODEL_KEY_SHOWN.get(key, key)}: {err}") from None
                         for key in (*outputs, *file_outputs):
                             value = OmegaConf.select(a, key, default=None)
                             if isinstance(value, str) and value:

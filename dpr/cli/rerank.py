@@ -3,7 +3,7 @@
 
 ``model=`` is renamed (``conf/model/`` is a config group, so Hydra would read it as a group choice): for
 ``score`` it is the cross-encoder to rerank with (``model_path``), for ``train`` the encoder to start from
-(``rerank.model``).
+(``rerank.model``, a name or ``{name, lora}``: `dpr.rerank.config.RerankModelConfig`).
 """
 
 from __future__ import annotations

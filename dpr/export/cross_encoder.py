@@ -2,7 +2,8 @@
 directory with a model card (loads offline with ``CrossEncoder(<dir>)``).
 
 The cross-encoder already is a one-label ``AutoModelForSequenceClassification``, the model class
-``CrossEncoder`` wraps, so the export is sentence-transformers' own save of it: the maximum length it was
+``CrossEncoder`` wraps (a LoRA one: with its adapters merged into the base, `dpr.rerank.adapters.plain_encoder_dir`),
+so the export is sentence-transformers' own save of it: the maximum length it was
 trained with, and the Identity activation so ``predict`` returns the logit `dpr.rerank.score.score_pairs`
 returns (not its sigmoid). Passages go in as ``title [SEP] text`` (`dpr.rerank.model.document_text`), as
 in training; the card says so.
@@ -29,12 +30,14 @@ def build_cross_encoder_st(ce_dir: str | Path) -> Any:
     except ImportError as err:
         raise ImportError(f"the sentence-transformers export needs sentence-transformers>=6.2 "
                           f"(pip install 'dpr[export]'): {err}") from None
-    from dpr.rerank.model import ENCODER_DIR, load_cross_encoder, resolve_dir
+    from dpr.rerank.adapters import plain_encoder_dir
+    from dpr.rerank.model import load_cross_encoder, resolve_dir
 
     ce_dir = resolve_dir(ce_dir)
     _, _, settings = load_cross_encoder(ce_dir)  # validates the directory
-    return CrossEncoder(str(ce_dir / ENCODER_DIR), device="cpu", local_files_only=True,
-                        max_length=int(settings["max_length"]), activation_fn=torch.nn.Identity()), settings
+    with plain_encoder_dir(ce_dir) as encoder:  # a LoRA cross-encoder's adapters merged into its base (in memory)
+        return CrossEncoder(str(encoder), device="cpu", local_files_only=True,
+                            max_length=int(settings["max_length"]), activation_fn=torch.nn.Identity()), settings
 
 
 def _card(ce_dir: Path, settings: dict, model_name: str) -> str:
@@ -46,7 +49,9 @@ def _card(ce_dir: Path, settings: dict, model_name: str) -> str:
         "tags:", "- cross-encoder", "- reranker", "- dpr", "---", "",
         f"# {model_name}", "",
         "A cross-encoder reranker trained with [dpr](https://github.com/) (`dpr-rerank train`): "
-        f"`{base}` with a one-logit head over `[CLS] question [SEP] title [SEP] passage [SEP]`.", "",
+        f"`{base}` with a one-logit head over `[CLS] question [SEP] title [SEP] passage [SEP]`."
+        + (" It was trained with LoRA adapters (`rerank.model.lora`), merged into the base model's weights here "
+           "(a plain model: no `peft` needed)." if settings.get("lora") else ""), "",
         "## Usage", "", "```python", "from sentence_transformers import CrossEncoder", "",
         f"model = CrossEncoder(\"{model_name}\")",
         "scores = model.predict([(\"who wrote hamlet\", \"Hamlet [SEP] Hamlet is a tragedy by William Shakespeare.\")])",

@@ -45,20 +45,28 @@ class LoraSettings:
         self.target_modules = [str(m) for m in self.target_modules]
 
     @classmethod
-    def coerce(cls, value: "LoraSettings | Mapping[str, Any] | None") -> "LoraSettings | None":
+    def coerce(cls, value: "LoraSettings | Mapping[str, Any] | None",
+               label: str = "model.lora") -> "LoraSettings | None":
+        """``value`` as settings (None: no adapters); ``label``: the key the messages name (the cross-encoder's is
+        ``rerank.model.lora``)."""
         if value is None or isinstance(value, LoraSettings):
             return value
         if not isinstance(value, Mapping):
-            raise ValueError(f"model.lora must be a mapping of {[f.name for f in dataclasses.fields(cls)]} or null, "
+            raise ValueError(f"{label} must be a mapping of {[f.name for f in dataclasses.fields(cls)]} or null, "
                              f"got {value!r}")
-        return strict_from_dict(cls, dict(value), "model.lora")
+        try:
+            return strict_from_dict(cls, dict(value), "model.lora")
+        except ValueError as err:  # the checks name model.lora: say which key it was given as
+            raise ValueError(str(err).replace("model.lora", label)) from None
 
-    def peft_config(self) -> Any:
+    def peft_config(self, **extra: Any) -> Any:
+        """peft's ``LoraConfig``; ``extra``: more of its keys (the cross-encoder's ``task_type``,
+        ``modules_to_save``, ``exclude_modules``)."""
         from peft import LoraConfig
 
         targets: Any = self.target_modules[0] if self.target_modules == ["all-linear"] else list(self.target_modules)
         return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout, target_modules=targets,
-                          bias="none")
+                          bias="none", **extra)
 
 
 def is_lora(module: nn.Module) -> bool:
@@ -70,18 +78,51 @@ def is_lora(module: nn.Module) -> bool:
     return isinstance(module, PeftModel)
 
 
-def apply_lora(encoder: nn.Module, settings: LoraSettings) -> nn.Module:
-    """``encoder`` wrapped with fresh adapters (peft initialises B to zero: the vectors start as the base's)."""
+def apply_lora(encoder: nn.Module, settings: LoraSettings, **extra: Any) -> nn.Module:
+    """``encoder`` wrapped with fresh adapters (peft initialises B to zero: the vectors start as the base's);
+    ``extra``: more LoraConfig keys (`LoraSettings.peft_config`)."""
     from peft import get_peft_model
 
-    return get_peft_model(encoder, settings.peft_config())
+    return get_peft_model(encoder, settings.peft_config(**extra))
 
 
-def load_adapters(encoder: nn.Module, adapter_dir: str | Path) -> nn.Module:
-    """``encoder`` (the base) with the adapters saved in ``adapter_dir``, trainable (for resuming or fine-tuning)."""
+def load_adapters(encoder: nn.Module, adapter_dir: str | Path, trainable: bool = True) -> nn.Module:
+    """``encoder`` (the base) with the adapters saved in ``adapter_dir``, trainable (for resuming or fine-tuning)
+    unless ``trainable`` is false (scoring)."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(encoder, str(adapter_dir), is_trainable=True)
+    return PeftModel.from_pretrained(encoder, str(adapter_dir), is_trainable=trainable)
+
+
+def is_trained_key(key: str) -> bool:
+    """A weight a peft model trains: an adapter's (``lora_*``) or a fully trained module's copy (peft's
+    ``modules_to_save``, e.g. a classification head); the rest is the frozen base."""
+    return ".lora_" in key or ".modules_to_save." in key
+
+
+def state_dict_of_trained_only(model: nn.Module) -> nn.Module:
+    """Make ``model`` (a peft model) save and load its trained weights alone (:func:`is_trained_key`): its
+    ``state_dict`` leaves the frozen base out, and loading such a state dict does not count the base as missing.
+    Checkpoints and best weights (safetensors' ``save_model`` / ``load_model``, `dpr.trainkit.checkpoint`) then
+    hold the adapters and the head, not a copy of the base named by the run's config. Returns ``model``."""
+
+    base = {k for k in model.state_dict() if not is_trained_key(k)}  # before the hook below leaves them out
+
+    def drop_base(module: nn.Module, state: dict, prefix: str, local_metadata: Any) -> None:
+        for key in [k for k in state if k.startswith(prefix) and not is_trained_key(k[len(prefix):])]:
+            del state[key]
+
+    def ours(key: str) -> bool:  # a base weight of this model, under whatever prefix it was loaded with
+        parts = key.split(".")
+        return any(".".join(parts[i:]) in base for i in range(len(parts)))
+
+    def base_not_missing(module: nn.Module, incompatible: Any) -> None:
+        for key in [k for k in incompatible.missing_keys if not is_trained_key(k) and ours(k)]:
+            incompatible.missing_keys.remove(key)
+
+    model.register_state_dict_post_hook(drop_base)
+    model.register_load_state_dict_post_hook(base_not_missing)
+    return model
 
 
 def merged_copy(encoder: nn.Module) -> nn.Module:

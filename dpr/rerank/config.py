@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
+from dpr.models.hub import DEFAULT_MODEL_ALIAS
+from dpr.models.lora import LoraSettings
 
 LOSS_NAMES = ("listwise", "bce")
 NEGATIVE_SOURCES = ("mined", "random", "mixed")
@@ -63,8 +65,45 @@ class RerankScoreConfig:
 
 
 @dataclass
+class RerankModelConfig:
+    """``rerank.model``: the encoder to start from and, optionally, LoRA adapters on it. ``rerank.model=<name>``
+    (a plain string, as every command and config wrote it before LoRA) is the same as ``rerank.model.name=<name>``;
+    without adapters the model is recorded as that string, so runs and pipeline stages recorded before keep their
+    fingerprints (`RerankConfig.as_dict`)."""
+
+    name: str = DEFAULT_MODEL_ALIAS   # the offline alias, a hub name or a local dir
+    lora: Any = None                  # null: the whole model trains | {r, alpha, dropout, target_modules}: LoRA
+                                      # adapters through peft (`dpr.models.lora.LoraSettings`, the dual encoder's
+                                      # model.lora); only they and the new head train (typed Any for Hydra: a
+                                      # LoraSettings once built)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"rerank.model.name must be a model name or directory, got {self.name!r}")
+        self.lora = LoraSettings.coerce(self.lora, "rerank.model.lora")
+
+    @classmethod
+    def coerce(cls, value: Any) -> "RerankModelConfig":
+        """A string (the name alone), a mapping of ``{name, lora}`` or a RerankModelConfig, as one."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            return cls(name=value)
+        if isinstance(value, Mapping):
+            return strict_from_dict(cls, dict(value), "rerank.model")
+        raise ValueError(f"rerank.model must be a model name or {{name, lora}}, got {value!r}")
+
+    def recorded(self) -> Any:
+        """What configs, summaries and fingerprints hold: the name alone without LoRA (as before it existed)."""
+        if self.lora is None:
+            return self.name
+        return {"name": self.name, "lora": dataclasses.asdict(self.lora)}
+
+
+@dataclass
 class RerankConfig:
-    model: str = "all-MiniLM-L6-v2"   # the encoder to start from: the offline alias, a hub name or a local dir
+    # the encoder to start from (a string: its name) and LoRA adapters on it (rerank.model.lora): RerankModelConfig
+    model: Any = field(default_factory=RerankModelConfig)
     max_length: int = 256             # tokens of [CLS] question [SEP] title [SEP] passage [SEP]
     title: bool = True                # put the passage title before its text
     train: RerankTrainConfig = field(default_factory=RerankTrainConfig)
@@ -79,8 +118,12 @@ class RerankConfig:
         cfg.check()
         return cfg
 
+    def __post_init__(self) -> None:
+        self.model = RerankModelConfig.coerce(self.model)
+
     def check(self) -> None:
         """One-line ValueError naming the first key out of its range."""
+        self.model = RerankModelConfig.coerce(self.model)  # also after ``cfg.model = "<name>"``
         t, s = self.train, self.score
         check_ranges(self, RERANK_RANGES, "rerank")  # the common checker (dpr/config.py)
         check_ranges(t, RERANK_TRAIN_RANGES, "rerank.train")
@@ -101,6 +144,7 @@ class RerankConfig:
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        d["model"] = RerankModelConfig.coerce(self.model).recorded()
         # keys added after teacher runs were recorded: at the value those runs had, they are left out, so
         # the recorded fingerprints still hold
         for key, recorded in (("length_bucket_size", 0), ("negatives_from", "mined")):

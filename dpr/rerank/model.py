@@ -8,7 +8,8 @@ sentence-transformers' own config files and a model card).
 A saved cross-encoder is a directory: ``encoder/`` (model with its one-logit head, and tokenizer, in
 Hugging Face format: the head lives in the model's own ``model.safetensors``, which is what keeps it
 loadable by sentence-transformers) and ``cross_encoder.json`` (the input settings it was trained with,
-reused when scoring).
+reused when scoring). With LoRA (``rerank.model.lora``) ``encoder/`` holds the adapters and the head alone, and
+``cross_encoder.json`` names the base and its fingerprint (`dpr.rerank.adapters`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Mapping
 import torch
 
 from dpr.atomic import atomic_path
+from dpr.models.lora import LoraSettings, is_lora
 
 CONFIG_FILE = "cross_encoder.json"
 ENCODER_DIR = "encoder"
@@ -30,17 +32,27 @@ SETTINGS_KEYS = ("max_length", "title")
 ST_ACTIVATION = "torch.nn.modules.linear.Identity"
 
 
-def build_cross_encoder(name: str, attn_implementation: str | None = None) -> tuple[torch.nn.Module, Any]:
-    """A fresh cross-encoder on encoder ``name`` (the offline MiniLM alias, a hub name or a local dir).
-    The head is initialised from torch's global RNG: seed it first for a reproducible start."""
+def build_cross_encoder(name: str, attn_implementation: str | None = None,
+                        lora: LoraSettings | None = None) -> tuple[torch.nn.Module, Any]:
+    """A fresh cross-encoder on encoder ``name`` (the offline MiniLM alias, a hub name or a local dir); with
+    ``lora``, adapters on the frozen base and only they and the new head train (`dpr.rerank.adapters`).
+    The head (and adapters) are initialised from torch's global RNG: seed it first for a reproducible start."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from dpr.models.hub import resolve_model_name
 
     path = resolve_model_name(name)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation not in (None, "auto") else {}
-    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **kwargs)
+    if lora is None:
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **kwargs)
+    else:
+        from dpr.rerank.adapters import add_adapters, new_modules
+
+        model, info = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, output_loading_info=True,
+                                                                         **kwargs)
     model.config.sentence_transformers = {"activation_fn": ST_ACTIVATION}
+    if lora is not None:
+        model = add_adapters(model, lora, new_modules(info["missing_keys"]))
     return model, AutoTokenizer.from_pretrained(path, use_fast=True)
 
 
@@ -62,11 +74,17 @@ def resolve_dir(path: str | Path) -> Path:
 
 def save_cross_encoder(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path, settings: Mapping[str, Any],
                        extra: Mapping[str, Any] | None = None) -> Path:
-    """Write the cross-encoder directory atomically (a killed save leaves the previous one intact)."""
+    """Write the cross-encoder directory atomically (a killed save leaves the previous one intact). A LoRA model
+    (`build_cross_encoder` with ``lora``) writes its adapters and head; ``extra`` must then name its
+    ``base_model`` and hold `dpr.rerank.adapters.saved_info`'s ``lora`` and ``base_fingerprint``."""
     out_dir = Path(out_dir)
+    if is_lora(model) and not (extra or {}).get("lora"):
+        raise ValueError("save_cross_encoder: a LoRA cross-encoder needs its base and settings in extra "
+                         "(dpr.rerank.adapters.saved_info)")
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
         model.save_pretrained(tmp / ENCODER_DIR)
+        (tmp / ENCODER_DIR / "README.md").unlink(missing_ok=True)  # peft's card template, not ours
         # the trained maximum length travels with the tokenizer, so sentence-transformers truncates alike
         before, tokenizer.model_max_length = tokenizer.model_max_length, int(settings["max_length"])
         try:
@@ -90,13 +108,18 @@ def load_cross_encoder(path: str | Path, device: str | torch.device | None = Non
     device = resolve_device(device)
 
     path = resolve_dir(path)
-    model = AutoModelForSequenceClassification.from_pretrained(path / ENCODER_DIR)
-    if model.config.num_labels != 1:
-        raise ValueError(f"{path / ENCODER_DIR}: a cross-encoder has one label, this model has {model.config.num_labels}")
     settings = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
     missing = [k for k in SETTINGS_KEYS if k not in settings]
     if missing:
         raise ValueError(f"{path / CONFIG_FILE}: missing {', '.join(missing)}")
+    from dpr.rerank.adapters import is_adapted, load_adapted
+
+    if is_adapted(settings):  # adapters + head on the recorded base
+        model = load_adapted(path, path / ENCODER_DIR, settings)
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(path / ENCODER_DIR)
+    if model.config.num_labels != 1:
+        raise ValueError(f"{path / ENCODER_DIR}: a cross-encoder has one label, this model has {model.config.num_labels}")
     return model.to(device).eval(), AutoTokenizer.from_pretrained(path / ENCODER_DIR, use_fast=True), settings
 
 

@@ -6,7 +6,7 @@ function of (seed, step) (`dpr.rerank.data.GroupBatches`) and dropout's RNG stat
 checkpoint, so a run killed and resumed ends with the weights of an uninterrupted one.
 
 Output: ``<output_dir>/cross_encoder/`` (`dpr.rerank.model`; the best dev weights when validated, else the
-last), ``train_summary.json``, ``metrics.jsonl`` / ``validation.jsonl`` (`dpr.trainkit.metrics_log`),
+last; with ``rerank.model.lora`` the adapters and head on the named base, as are the checkpoints: `dpr.rerank.adapters`), ``train_summary.json``, ``metrics.jsonl`` / ``validation.jsonl`` (`dpr.trainkit.metrics_log`),
 ``checkpoints/step_<n>/`` and ``checkpoints/best/``. A finished run of other settings in ``output_dir`` is refused
 unless ``overwrite`` (`dpr.trainkit.finished_run`).
 
@@ -144,7 +144,7 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
     if tcfg.cpu_threads > 0:
         torch.set_num_threads(int(tcfg.cpu_threads))
     seed_everything(int(tcfg.seed))  # the head's initialisation
-    model, tokenizer = build_cross_encoder(cfg.model)
+    model, tokenizer = build_cross_encoder(cfg.model.name, lora=cfg.model.lora)  # with LoRA: adapters + new head train
     model.to(device)
     broadcast_parameters(model)
     settings = cfg.settings()
@@ -212,8 +212,12 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
     if main:
         if best is not None:
             load_best(out, model, map_location=str(device))  # the saved model is the best dev weights
-        save_cross_encoder(model, tokenizer, final, settings,
-                           extra={"base_model": cfg.model, "trained_steps": total, "kind": kind})
+        extra = {"base_model": cfg.model.name, "trained_steps": total, "kind": kind}
+        if cfg.model.lora is not None:  # the adapters' base, checked when they load
+            from dpr.rerank.adapters import saved_info
+
+            extra.update(saved_info(cfg.model.name, cfg.model.lora))
+        save_cross_encoder(model, tokenizer, final, settings, extra=extra)
     summary = {"model_dir": str(final), "steps": total, "resumed_from_step": start_step, "precision": precision,
                "device": str(device), "world_size": dist.world_size(), "kind": kind, "questions": len(examples),
                "final": figures, "best": best, "seconds": round(time.perf_counter() - t0, 1),
