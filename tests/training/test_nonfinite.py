@@ -79,10 +79,12 @@ class PoisonedLoss:
         return self.inner(q, p, masks, similarity, gather=gather)
 
 
+@pytest.mark.parametrize("lagged", [False, True], ids=["rows-now", "rows-lagged"])  # lagged: a CUDA device's rule
 @pytest.mark.parametrize("what,problem", [("loss", "the loss is nan"), ("grad", "the gradient norm is nan")])
 def test_a_diverging_run_stops_at_the_step_and_saves_nothing_non_finite(tiny_model_dir, tiny_data_dir, tmp_path,
-                                                                         what, problem):
+                                                                         monkeypatch, what, problem, lagged):
     # before: the run went on, saved NaN weights and kept them as the best with dev avg_rank 0 / MRR 1.0
+    monkeypatch.setattr("dpr.training.trainer.lagged_logging", lambda device: lagged)
     out = tmp_path / "run"
     cfg = tiny_cfg(tiny_model_dir, tiny_data_dir, out, max_steps=4, save_every=1, eval_every=1)
     cfg["loss"] = {"_target_": f"{__name__}.PoisonedLoss", "at": 3, "what": what}

@@ -52,6 +52,9 @@ def test_fused_and_foreach_equal_plain_step_for_step(one_thread):
 
 def test_impl_flags_and_auto():
     assert resolve_optimizer_impl("auto") == resolve_optimizer_impl(None) == "foreach"  # today's optimizer
+    assert resolve_optimizer_impl("auto", "cpu") == "foreach"  # the CPU's figures stay what they were
+    assert resolve_optimizer_impl("auto", "cuda:1") == resolve_optimizer_impl(None, torch.device("cuda")) == "fused"
+    assert resolve_optimizer_impl("foreach", "cuda") == "foreach"  # an explicit choice is kept on every device
     assert impl_flags("plain") == {"foreach": False, "fused": False}
     assert impl_flags("fused") == {"foreach": False, "fused": True}
     opt = build_optimizer(Tiny(), lr=1e-3, impl="fused")

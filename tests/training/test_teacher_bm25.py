@@ -103,7 +103,7 @@ def test_the_pipeline_hands_its_bm25_settings_to_the_trainer(tiny_data_dir, tmp_
     cfg = _compose("pipeline", overrides)
     seen = []
 
-    def fake_train(cfg, ds, train_cfg, start_emb, export_emb, rounds):
+    def fake_train(cfg, ds, train_cfg, start_emb, export_emb, rounds, *args, **kwargs):
         seen.append(OmegaConf.to_container(train_cfg))
         out = Path(train_cfg.output_dir)
         (out / "passage_encoder").mkdir(parents=True)

@@ -88,7 +88,9 @@ def test_cross_encoder_two_processes_equal_one_and_resume(tiny_model_no_dropout,
     assert [r["loss"] for r in ddp_rows] == pytest.approx([r["loss"] for r in one_rows], abs=1e-5)
     assert [r["accuracy"] for r in ddp_rows] == pytest.approx([r["accuracy"] for r in one_rows], abs=1e-6)
     enc = "cross_encoder/encoder/model.safetensors"
-    _same_weights(load_file(str(ddp / enc)), load_file(str(tmp_path / "one" / enc)))
+    # the listwise loss is blind to a constant added to all of a question's scores: the classifier's bias has no
+    # gradient but rounding noise, which Adam turns into steps of up to lr (seen on an AMX Xeon: 4.9e-5 after 4 steps)
+    _same_weights(load_file(str(ddp / enc)), load_file(str(tmp_path / "one" / enc)), noise_only=("classifier.bias",))
     assert len(torch.load(ddp / "checkpoints" / "step_4" / "rng.pt", weights_only=True)) == 2  # each rank's state
     assert list(work.iterdir()) == []  # no rank wrote anywhere else
 
