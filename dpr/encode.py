@@ -14,7 +14,7 @@ Weights: ``weights=auto`` (default, = fp32: fp32 weights under ``autocast``, tod
 ``bf16`` (`dpr.models.weights`: the weights cast to bf16 once, no autocast). ``compile=true``
 (`dpr.models.compile`, default false): the passage tower run through ``torch.compile(dynamic=True)``.
 
-Resuming: a shard whose manifest exists and matches (content fingerprints of the model and the
+Resuming (`dpr.index.shard_manifest`): a shard whose manifest exists and matches (content fingerprints of the model and the
 passages file, `dpr.index.fingerprint`; dtype, max length, range, quantize, runtime, weights, compile) is
 skipped. Finished shards written with another ``weights`` or ``compile`` setting are refused (one error naming
 the manifest and the field): bf16-weight and fp32-weight vectors differ by more than float rounding, compiled
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -39,20 +38,13 @@ from tqdm.auto import tqdm
 
 from dpr.checks import INT32_MAX, MAX_BATCH, MAX_SHARDS, check_int, check_max_length, check_optional_int
 from dpr.encode_config import EncodeConfig
-from dpr.errors import DataError
-from dpr.index.fingerprint import model_fingerprint, passages_fingerprint
-from dpr.index.shards import ShardFiles, check_shard, commit_shard, shard_range, shards_for_rank
+from dpr.index.shard_manifest import (common_manifest, expected_manifest, is_finished, refuse_mixed, remove_other_runs,
+                                      remove_temps)
+from dpr.index.shards import ShardFiles, commit_shard, shard_range, shards_for_rank
 
 log = logging.getLogger(__name__)
 
 DTYPES = ("float16", "float32")
-_SHARD_FILE = re.compile(r"^shard_\d{3,}_of_(\d{3,})\.(npy|ids\.txt|json)$")
-
-
-def passages_signature(passages_path: str | Path) -> dict[str, Any]:
-    p = Path(passages_path).resolve()
-    st = p.stat()
-    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def _dist_env() -> tuple[int, int]:
@@ -80,12 +72,6 @@ def assigned_shards(num_shards: int, shard_id: int | None = None,
     return shards_for_rank(num_shards, rank, world_size)
 
 
-def _expected_manifest(files_count: int, start: int, end: int, shard_id: int, num_shards: int,
-                       common: dict) -> dict:
-    return {"shard_id": shard_id, "num_shards": num_shards, "start": start, "end": end,
-            "count": files_count, **common}
-
-
 def _non_finite_message(dtype: str, vecs: Any, shard: int, a: int, b: int, model_path: str | Path) -> str:
     """Why passage vectors are not finite: the storage type overflowed (the model's own float32 vectors were
     finite), or the model itself produced NaN/inf (corrupt or diverged weights: another dtype cannot help)."""
@@ -93,77 +79,6 @@ def _non_finite_message(dtype: str, vecs: Any, shard: int, a: int, b: int, model
         return f"passage vectors overflow {dtype} in shard {shard} (rows {a}-{b}); use dtype=float32"
     return (f"the model {model_path} produces non-finite (NaN/inf) passage vectors in shard {shard} (rows {a}-{b}): "
             "its weights are corrupt or diverged; check the model (another dtype= cannot fix this)")
-
-
-def _common_manifest(model_path: str | Path, passages_path: Path, total: int, dtype: str, max_length: int | None,
-                     quantize: str, runtime: str, weights: str = "fp32", compile: bool = False,
-                     truncate_dim: int | None = None) -> dict:
-    """What every shard's manifest records about the run (what a finished shard must match to be reused).
-    ``truncate_dim``: ``encode.dim`` (null: the model's full vectors), recorded only when set so that the manifests
-    of full-size encodes stay as they were."""
-    model_id = str(Path(model_path).resolve()) if Path(str(model_path)).is_dir() else str(model_path)
-    return {"model": model_id, "model_fingerprint": model_fingerprint(model_path),
-            "passages": passages_signature(passages_path), "passages_sha256": passages_fingerprint(passages_path),
-            "total": total, "dtype": dtype, "max_length": max_length, "quantize": quantize, "runtime": runtime,
-            "weights": weights, "compile": compile, **({"truncate_dim": truncate_dim} if truncate_dim else {})}
-
-
-def _is_finished(files: ShardFiles, expected: dict) -> bool:
-    manifest = check_shard(files)
-    if manifest is None:
-        return False
-    keys = ("shard_id", "num_shards", "start", "end", "total", "count", "dtype", "model_fingerprint",
-            "passages_sha256", "max_length", "quantize", "runtime", "weights", "compile", "truncate_dim")
-    # Shards written before the runtime / weights / compile were recorded: torch, fp32 weights, eager.
-    return all(manifest.get(k, _RECORDED_LATER.get(k)) == expected.get(k, _RECORDED_LATER.get(k)) for k in keys)
-
-
-# Manifest keys added after shards were first written, and the value older shards had (truncate_dim: written only
-# when encode.dim truncates, absent = the full vectors).
-_RECORDED_LATER = {"runtime": "torch", "weights": "fp32", "compile": False, "truncate_dim": None}
-# The setting's name where it differs from the manifest's key.
-_SETTING_NAMES = {"truncate_dim": "dim"}
-
-
-def _setting(value: Any) -> str:
-    if value is None:
-        return "null"  # dim=null: the full vectors
-    return str(value).lower() if isinstance(value, bool) else str(value)  # compile=true, as typed on the CLI
-
-
-def _refuse_mixed(out: Path, num_shards: int, settings: dict[str, Any]) -> None:
-    """A finished shard of this run's layout written with another ``weights`` / ``compile`` setting: refuse
-    the resume (one index of bf16-weight and fp32-weight vectors, or of compiled and eager ones, would rank by
-    two different computations)."""
-    for i in range(num_shards):
-        files = ShardFiles.of(out, i, num_shards)
-        if not files.manifest.exists():
-            continue
-        manifest = check_shard(files)
-        for key, value in settings.items():
-            old = (manifest or {}).get(key, _RECORDED_LATER[key])
-            name = _SETTING_NAMES.get(key, key)
-            if manifest is not None and old != value:
-                raise DataError(files.manifest, f"shard written with {name}={_setting(old)}, this run encodes with "
-                                f"{name}={_setting(value)}: one index must not mix them; rerun with "
-                                f"{name}={_setting(old)}, or use another output_dir (or delete these shards)",
-                                field=key)
-
-
-def _remove_temps(files: ShardFiles) -> None:
-    for tmp in files.directory.glob(f".{files.stem}.*.tmp"):
-        tmp.unlink(missing_ok=True)
-
-
-def _remove_other_runs(out: Path, num_shards: int) -> None:
-    """Delete shards of an earlier run with a different ``num_shards``: mixed with this run's they would
-    hold some passages twice (`dpr.index.shards.list_shards` refuses such a directory)."""
-    stale = [p for p in out.glob("shard_*_of_*.*")
-             if (m := _SHARD_FILE.match(p.name)) and int(m.group(1)) != num_shards]
-    if stale:
-        log.warning("%s: removing %d file(s) of an earlier run with another num_shards", out, len(stale))
-        for p in stale:
-            p.unlink(missing_ok=True)
 
 
 def encode_corpus(
@@ -242,20 +157,20 @@ def encode_corpus(
     todo_ids = assigned_shards(int(num_shards), shard_id)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _remove_other_runs(out, int(num_shards))
-    _refuse_mixed(out, int(num_shards), {"weights": weights, "compile": compile, "truncate_dim": truncate_dim})
+    remove_other_runs(out, int(num_shards))
+    refuse_mixed(out, int(num_shards), {"weights": weights, "compile": compile, "truncate_dim": truncate_dim})
     passages_path = Path(passages_path)
     ds = load_passages(passages_path, cache_dir=cache_dir)
     total = len(ds)
-    common = _common_manifest(model_path, passages_path, total, dtype, max_length, quantize, runtime, weights, compile,
-                              truncate_dim)
+    common = common_manifest(model_path, passages_path, total, dtype, max_length, quantize, runtime, weights, compile,
+                             truncate_dim)
 
     pending = []
     for i in todo_ids:
         start, end = shard_range(total, i, num_shards)
         files = ShardFiles.of(out, i, num_shards)
-        expected = _expected_manifest(end - start, start, end, i, num_shards, common)
-        if _is_finished(files, expected):
+        expected = expected_manifest(end - start, start, end, i, num_shards, common)
+        if is_finished(files, expected):
             log.info("shard %d/%d already encoded (%s): skipped", i, num_shards, files.manifest.name)
             continue
         pending.append((i, start, end, files, expected))
@@ -293,7 +208,7 @@ def encode_corpus(
     sizes = {"model_dim": model_size} if truncate_dim else {}  # the full size, beside a truncated one
     np_dtype = np.dtype(dtype)
     for i, start, end, files, expected in pending:
-        _remove_temps(files)  # leftovers of a killed run: never reused, never mistaken for output
+        remove_temps(files)  # leftovers of a killed run: never reused, never mistaken for output
         files.manifest.unlink(missing_ok=True)  # an outdated shard stops counting as finished right away
         tmp_vectors = out / f".{files.stem}.npy.tmp"
         tmp_ids = out / f".{files.stem}.ids.txt.tmp"
@@ -406,11 +321,11 @@ def save_encoded(model_path: str | Path, passages_path: str | Path, output_dir: 
         return False  # encode_corpus reports the overflow with its row numbers
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _remove_other_runs(out, 1)
-    common = _common_manifest(model_path, Path(passages_path), len(ids), dtype, max_length, quantize, runtime, weights,
-                              compile, truncate_dim)
+    remove_other_runs(out, 1)
+    common = common_manifest(model_path, Path(passages_path), len(ids), dtype, max_length, quantize, runtime, weights,
+                             compile, truncate_dim)
     sizes = {"model_dim": full.shape[1]} if truncate_dim else {}
-    # the manifest encode_corpus writes (_expected_manifest: shard 0 of 1, rows 0..N), plus where it came from
+    # the manifest encode_corpus writes (expected_manifest: shard 0 of 1, rows 0..N), plus where it came from
     write_shard(out, 0, 1, arr, list(ids), start=0, end=len(ids), **common, **sizes, normalized=normalized,
                 seconds=0.0, reused_from="training validation")
     log.info("stored %d corpus vectors from training as %s (no re-encoding)", len(ids), out)

@@ -2,7 +2,8 @@
 ``SentenceTransformer(<dir>)``).
 
 The modules reproduce `dpr.models.BiEncoder` exactly: the tower's ``Transformer`` (its own tokenizer
-and maximum lengths), ``Pooling`` (``cls`` or ``mean``, as trained), a bias-carrying linear ``Dense``
+and maximum lengths; for ``pooling: eos`` a copy whose template appends EOS, `dpr.export.eos_template`), ``Pooling``
+(``cls``, ``mean`` or ``lasttoken`` for ``last`` / ``eos``, as trained), a bias-carrying linear ``Dense``
 without activation when the run has a projection, and ``Normalize`` for cosine similarity.
 
 - Separate towers: a ``Router`` with a ``query`` route (question tower, question max length) and a
@@ -50,7 +51,13 @@ def _tower_modules(tower_dir: Path, config: Any, projection: Any, shared: bool) 
     if not shared:
         # each route's own length also for callers that bypass encode_query/encode_document
         transformer.max_seq_length = qlen if tower_dir.name.startswith("question") else plen
-    pooling = {"last": "lasttoken"}.get(config.pooling, config.pooling)  # sentence-transformers' name for it
+    if config.pooling == "eos":  # EOS appended by the tokenizer's own template, as dpr's EosTokenizer appends it
+        from dpr.export.eos_template import with_eos_template
+
+        lengths = [qlen, plen] if shared else [transformer.max_seq_length]
+        transformer.processor = with_eos_template(transformer.tokenizer, lengths, str(tower_dir))
+    # sentence-transformers' name for last-token pooling; eos is last-token pooling over inputs ending in EOS
+    pooling = {"last": "lasttoken", "eos": "lasttoken"}.get(config.pooling, config.pooling)
     modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
     if projection is not None:
         import torch
@@ -89,9 +96,6 @@ def build_sentence_transformer(run_dir: str | Path, prompts: Mapping[str, str] |
     for name, text in trained.items():
         if prompts and name in prompts and prompts[name] != text:
             raise ValueError(f"prompt {name!r}={prompts[name]!r}: the run was trained with {text!r} there")
-    if config.pooling == "eos":
-        raise ValueError(f"{run_dir}: pooling=eos appends an EOS token that sentence-transformers' tokenizer does "
-                         "not; export a pooling=last run, or use the run with dpr")
     with plain_tower_dirs(run_dir, model) as towers:  # a LoRA run's adapters merged (modules load them in memory)
         if config.shared:
             modules = _tower_modules(towers["question"], config, model.question_projection, shared=True)
