@@ -78,3 +78,42 @@ def test_eos_template_refuses_a_post_processor_it_cannot_extend(tiny_llama_dir):
     tok.backend_tokenizer.post_processor = BertProcessing(("[SEP]", 102), ("[CLS]", 101))
     with pytest.raises(ValueError, match=r"^tower: pooling=eos .*BertProcessing"):
         with_eos_template(tok, [8], "tower")
+
+
+def _bpe_tokenizer(post_processor: str):
+    """A tiny byte-level BPE tokenizer shaped like Qwen2's (a ByteLevel post-processor) or Llama's (a BOS template)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["who wrote hamlet", "Paris is the capital of France.", "a b c d e f g x"] * 5,
+                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<pad>"]))
+    if post_processor == "bytelevel":
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    else:
+        tok.post_processor = processors.TemplateProcessing(single="<s>:0 $A:0", pair="<s>:0 $A:0 <s>:1 $B:1",
+                                                           special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+@pytest.mark.parametrize("post_processor", ["bytelevel", "bos-template"])
+def test_eos_template_on_llm_shaped_tokenizers_survives_saving(tmp_path, post_processor):
+    """Qwen2-like (ByteLevel) and Llama-like (BOS template) tokenizers: EOS appended once, after the template's own
+    tokens, truncation keeping it; the saved copy loads with the template (what sentence-transformers reads)."""
+    from transformers import AutoTokenizer
+
+    from dpr.export.eos_template import with_eos_template
+    from dpr.models.eos_tokenizer import EosTokenizer
+
+    tok = _bpe_tokenizer(post_processor)
+    copy = with_eos_template(tok, [6, 32], "tower")
+    copy.save_pretrained(tmp_path / "tok")
+    loaded = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    for text, pair in (("who wrote hamlet", None), ("Paris is the capital of France. " * 3, None), ("Hamlet", "x y")):
+        for length in (6, 32):
+            ids = loaded(text, pair, truncation=True, max_length=length)["input_ids"]
+            assert ids == EosTokenizer(tok)(text, pair, truncation=True, max_length=length)["input_ids"]
+            assert ids[-1] == tok.eos_token_id and ids.count(tok.eos_token_id) == 1 and len(ids) <= length
+            assert (ids[0] == tok.bos_token_id) is (post_processor == "bos-template")
