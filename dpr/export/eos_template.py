@@ -5,8 +5,8 @@ sentence-transformers' own tokenisation and its last-token pooling see the same 
 The template extends the tokenizer's own (Llama's BOS, BERT's CLS/SEP; a ByteLevel post-processor, as Qwen2's,
 only trims offsets and is replaced). The copy is saved as a plain ``PreTrainedTokenizerFast``: a model-specific class
 would rebuild its template from its settings on load and drop the EOS. Before it is used, its ids are compared with
-``EosTokenizer``'s on probe texts (short, truncated at the tower's lengths, a padded batch, alone and as pairs): any difference is one
-ValueError, and the export writes nothing.
+``EosTokenizer``'s on probe texts (short, truncated at the tower's lengths, a padded batch, alone and as pairs): any
+difference is one ValueError, and the export writes nothing.
 """
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ def with_eos_template(tokenizer: Any, lengths: list[int], where: str) -> Any:
 
     backend = getattr(tokenizer, "backend_tokenizer", None)
     eos, eos_id = getattr(tokenizer, "eos_token", None), getattr(tokenizer, "eos_token_id", None)
-    template = _template(json.loads(backend.to_str())["post_processor"]) if backend is not None else None
+    state = json.loads(backend.to_str())["post_processor"] if backend is not None else None
+    template = _template(state) if backend is not None else None
     if template is None or eos_id is None:
-        kind = json.loads(backend.to_str())["post_processor"].get("type") if backend is not None else "slow"
+        kind = (state or {}).get("type") if backend is not None else "slow"
         raise ValueError(f"{where}: pooling=eos needs the tokenizer's template to append EOS for "
                          f"sentence-transformers, and its post-processor ({kind}) is not one dpr can extend; "
                          "export a pooling=last run, or use the run with dpr")

@@ -51,12 +51,12 @@ def is_finished(files: ShardFiles, expected: dict) -> bool:
     keys = ("shard_id", "num_shards", "start", "end", "total", "count", "dtype", "model_fingerprint",
             "passages_sha256", "max_length", "quantize", "runtime", "weights", "compile", "truncate_dim")
     # Shards written before the runtime / weights / compile were recorded: torch, fp32 weights, eager.
-    return all(manifest.get(k, RECORDED_LATER.get(k)) == expected.get(k, RECORDED_LATER.get(k)) for k in keys)
+    return all(manifest.get(k, _RECORDED_LATER.get(k)) == expected.get(k, _RECORDED_LATER.get(k)) for k in keys)
 
 
 # Manifest keys added after shards were first written, and the value older shards had (truncate_dim: written only
 # when encode.dim truncates, absent = the full vectors).
-RECORDED_LATER = {"runtime": "torch", "weights": "fp32", "compile": False, "truncate_dim": None}
+_RECORDED_LATER = {"runtime": "torch", "weights": "fp32", "compile": False, "truncate_dim": None}
 # The setting's name where it differs from the manifest's key.
 _SETTING_NAMES = {"truncate_dim": "dim"}
 
@@ -77,7 +77,7 @@ def refuse_mixed(out: Path, num_shards: int, settings: dict[str, Any]) -> None:
             continue
         manifest = check_shard(files)
         for key, value in settings.items():
-            old = (manifest or {}).get(key, RECORDED_LATER[key])
+            old = (manifest or {}).get(key, _RECORDED_LATER[key])
             name = _SETTING_NAMES.get(key, key)
             if manifest is not None and old != value:
                 raise DataError(files.manifest, f"shard written with {name}={_setting(old)}, this run encodes with "

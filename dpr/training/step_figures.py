@@ -47,27 +47,27 @@ def _to_host(t: torch.Tensor) -> torch.Tensor:
 
 def stage(pending: list[tuple], rows: list[tuple]) -> Staged:
     """Start bringing ``pending`` steps' figures ((step, lr, grad norm, micro-batch losses, micro-batch accuracies),
-    device tensors) and ``rows`` ((step, outputs, lr, grad norm, ...): a step's :class:`~dpr.losses.LossOutput` s)
-    to the host. Collectives run here, in the same order on every rank."""
+    device tensors) and ``rows`` ((step, outputs, ...): a logged step's :class:`~dpr.losses.LossOutput` s; the step
+    is one of ``pending``, whose gradient norm the row reports) to the host. The one collective runs here, in the
+    same order on every rank."""
     staged = Staged()
-    device = None
+    if not pending and not rows:
+        return staged
+    device = pending[-1][3].device if pending else rows[-1][1][0].loss.device
+    # averaged over ranks in one all-reduce: each pending step's summed micro-batch losses, then each row's figures
+    parts = [torch.stack([p[3].sum() for p in pending])] if pending else []
+    parts += [torch.stack([torch.stack([torch.as_tensor(getattr(o, name), dtype=torch.float32).detach().to(device)
+                                        for o in row[1]]).mean() for name in ROW_FIELDS]) for row in rows]
+    reduced = _to_host(dist.all_reduce_mean(torch.cat(parts)))
+    n = len(pending)
     if pending:
-        losses = dist.all_reduce_mean(torch.stack([p[3].sum() for p in pending]))
-        local = torch.stack([torch.stack([p[3].mean(), p[4].mean(), p[2].float().reshape(()).to(p[3].device)])
-                             for p in pending])
-        losses, local = _to_host(losses), _to_host(local)
-        staged.checks = [(p[0], p[1], losses[i], local[i, 0], local[i, 1], local[i, 2]) for i, p in enumerate(pending)]
-        device = pending[-1][3].device
-    for row in rows:
-        outputs = row[1]
-        ref = outputs[0].loss.device
-        figures = torch.stack([
-            torch.stack([torch.as_tensor(getattr(o, name), dtype=torch.float32).detach().to(ref)
-                         for o in outputs]).mean() for name in ROW_FIELDS])
-        grad_norm = torch.as_tensor(row[3]).detach().reshape(())  # the same on every rank
-        staged.rows.append((row, _to_host(dist.all_reduce_mean(figures)), _to_host(grad_norm)))
-        device = ref
-    if device is not None and device.type == "cuda":
+        local = _to_host(torch.stack([torch.stack([p[3].mean(), p[4].mean(), p[2].float().reshape(()).to(device)])
+                                      for p in pending]))
+        staged.checks = [(p[0], p[1], reduced[i], local[i, 0], local[i, 1], local[i, 2]) for i, p in enumerate(pending)]
+    norms = {c[0]: c[5] for c in staged.checks}
+    width = len(ROW_FIELDS)
+    staged.rows = [(row, reduced[n + width * j:n + width * (j + 1)], norms[row[0]]) for j, row in enumerate(rows)]
+    if device.type == "cuda":
         staged.event = torch.cuda.Event()
         staged.event.record()
     return staged

@@ -133,9 +133,6 @@ class Trainer:
     health: HealthWatch = field(default_factory=lambda: HealthWatch(enabled=dist.is_main()))  # warnings
     # steps not yet checked: (step, lr, grad norm, micro-batch losses, accuracies) as device tensors
     _pending: list = field(default_factory=list, repr=False)
-    # the logged step whose row is not staged yet: (step, outputs, lr, grad norm, examples/s, epoch, frozen,
-    # data wait, progress bar)
-    _rows: list = field(default_factory=list, repr=False)
     _staged: list = field(default_factory=list, repr=False)  # figures on their way to the host (lagged_logging)
 
     @property
@@ -203,7 +200,7 @@ class Trainer:
                 st.epoch, st.batch_in_epoch = st.epoch + 1, 0
             seconds = time.perf_counter() - started
             st.train_seconds += seconds
-            self._log_step(outputs, lr, grad_norm, tc.batch_size * world * accum / seconds,
+            self._log_step(outputs, lr, tc.batch_size * world * accum / seconds,
                            st.epoch + st.batch_in_epoch / max(1, num_batches), frozen, pbar, data_wait)
             pbar.update(1)
             if self.validator and (epoch_done or st.step == self.total_steps
@@ -217,15 +214,17 @@ class Trainer:
                 return
 
     # ----------------------------------------------------------------- pieces
-    def flush_checks(self, lagged: bool = False) -> None:
+    def flush_checks(self, lagged: bool = False, row: tuple | None = None) -> None:
         """The finiteness check and the health watch of every step since the last call, in step order, and the rows
         waiting to be logged, from one read of the device (one all-reduce under DDP): before anything is validated
         or saved, so a diverged step is still never written (:func:`check_step_finite`). ``lagged`` (a CUDA logging
         interval): the figures of the steps up to now are only started on their way to the host
         (:func:`~dpr.training.step_figures.stage`) and those of the interval before are checked and written: they
-        are ready while the device works on the steps since; the weights are checked at the next full flush."""
-        staged = stage(self._pending, self._rows) if self._pending or self._rows else None
-        self._pending, self._rows = [], []
+        are ready while the device works on the steps since; the weights are checked at the next full flush.
+        ``row``: the arguments of the logged step's metrics.jsonl row (:meth:`_write_row`), written with its figures."""
+        rows = [row] if row is not None else []
+        staged = stage(self._pending, rows) if self._pending or rows else None
+        self._pending = []
         queue = self._staged + ([staged] if staged else [])
         self._staged, queue = (queue[-1:], queue[:-1]) if lagged and queue else ([], queue)
         last = None if lagged else max((c[0] for s in queue for c in s.checks), default=None)
@@ -313,20 +312,20 @@ class Trainer:
         st = self.state
         log.info("resumed from %s (step %d, epoch %d, batch %d)", resume_dir, st.step, st.epoch, st.batch_in_epoch)
 
-    def _log_step(self, outputs: list, lr: float, grad_norm: torch.Tensor, examples_per_s: float, epoch: float,
-                  frozen: bool, pbar, data_wait: float = 0.0) -> None:
+    def _log_step(self, outputs: list, lr: float, examples_per_s: float, epoch: float, frozen: bool, pbar,
+                  data_wait: float = 0.0) -> None:
         tc, st = self.tc, self.state
         if not (st.step % tc.log_every == 0 or st.step == self.total_steps or st.step % tc.print_every == 0):
             return
-        self._rows.append((st.step, list(outputs), lr, grad_norm, examples_per_s, epoch, frozen, data_wait, pbar))
         # on a CUDA device this step's row is written at the next logging interval (or validation, checkpoint, the
         # last step): reading it now would drain the device's queue every interval
-        self.flush_checks(lagged=lagged_logging(self.device) and st.step != self.total_steps)
+        self.flush_checks(lagged=lagged_logging(self.device) and st.step != self.total_steps,
+                          row=(st.step, list(outputs), lr, examples_per_s, epoch, frozen, data_wait, pbar))
 
     def _write_row(self, args: tuple, figures: torch.Tensor, grad_norm: torch.Tensor) -> None:
         """One metrics.jsonl row from ``args`` (:meth:`_log_step`'s) and its staged figures, on the host."""
         tc, st = self.tc, self.state
-        step, outputs, lr, _, examples_per_s, epoch, frozen, data_wait, pbar = args
+        step, outputs, lr, examples_per_s, epoch, frozen, data_wait, pbar = args
         loss, accuracy, avg_rank, masked = (float(v) for v in figures)
         row = {"loss": loss, "accuracy": accuracy, "avg_rank": avg_rank, "lr": lr, "grad_norm": float(grad_norm),
                "examples_per_s": examples_per_s, "epoch": epoch,
