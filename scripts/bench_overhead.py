@@ -65,6 +65,14 @@ MODEL_KW = dict(shared=False, pooling="mean", projection_dim=None, similarity="c
                 question_max_length=64, passage_max_length=192)  # conf/model/minilm.yaml but the weights
 
 
+def _max_lengths(text: str) -> tuple[int, int]:
+    """``--max-lengths Q,P``: two positive token counts (argparse turns the error into one usage line)."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(x.strip().isdigit() and int(x) > 0 for x in parts):
+        raise argparse.ArgumentTypeError(f"expected two positive integers Q,P (e.g. 16,16), got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
 def _stats(values: list[float]) -> tuple[float, float]:
     return min(values), statistics.median(values)
 
@@ -151,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-inline", action="store_true", help="no ours-inline-data row")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a train.* override for our rows (e.g. --set background_loader=false)")
-    ap.add_argument("--max-lengths", default="64,192", metavar="Q,P",
+    ap.add_argument("--max-lengths", default="64,192", metavar="Q,P", type=_max_lengths,
                     help="question and passage max lengths for both sides (default: the minilm preset's; 16,16: "
                          "the arithmetic negligible, the per-step cost that stays on the host when a GPU computes)")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
@@ -165,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.perf.cpu import cpu_flags
     from dpr.training.batching import TrainBatches, load_examples
 
-    q_len, p_len = (int(x) for x in args.max_lengths.split(","))
+    q_len, p_len = args.max_lengths
     MODEL_KW.update(question_max_length=q_len, passage_max_length=p_len)  # every row reads it: one shape for all
     if args.threads > 0:
         torch.set_num_threads(args.threads)

@@ -212,3 +212,13 @@ def test_bench_overhead_json(tiny_data_dir, tmp_path):
     inline = next(r for r in rep["rows"] if r["system"] == "ours-inline-data")
     assert inline["levers"] == ["train.background_loader=False", "train.token_cache=False"]
     assert rep["ratio"]["train"] > 0 and rep["ratio"]["encode"] > 0
+    assert rep["max_lengths"] == {"question": 64, "passage": 192}  # the minilm preset's unless --max-lengths
+    assert ours["precision"] in ("fp32", "bf16")  # what ran (auto resolved), to compare like for like
+
+
+def test_bench_overhead_max_lengths_refused_in_one_usage_line(capsys):
+    main = script("bench_overhead").main
+    for bad in ("16", "0,16", "16,x"):
+        with pytest.raises(SystemExit) as info:
+            main(["--max-lengths", bad])
+        assert info.value.code == 2 and "expected two positive integers Q,P" in capsys.readouterr().err
