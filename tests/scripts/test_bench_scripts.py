@@ -222,3 +222,19 @@ def test_bench_overhead_max_lengths_refused_in_one_usage_line(capsys):
         with pytest.raises(SystemExit) as info:
             main(["--max-lengths", bad])
         assert info.value.code == 2 and "expected two positive integers Q,P" in capsys.readouterr().err
+
+
+def test_bench_overhead_gpu_policy_sets_the_cuda_values_and_set_wins(tiny_data_dir, tmp_path):
+    """``--gpu-policy``: our rows run with the values ``auto`` takes on CUDA (buckets off, fused AdamW), as the
+    trainer's own resolvers give them; a ``--set`` of the same key still wins."""
+    mod = script("bench_overhead")
+    assert mod.gpu_policy() == {"length_bucket_size": 0, "optimizer_impl": "fused"}
+    out = tmp_path / "o.json"
+    mod.main(["--data-dir", str(tiny_data_dir), "--data", "tiny", "--batch-size", "2", "--steps", "2", "--skip", "0",
+              "--repeat", "1", "--no-peer", "--no-inline", "--gpu-policy", "--set", "optimizer_impl=foreach",
+              "--json", str(out)])
+    rep = json.loads(out.read_text())
+    assert rep["gpu_policy"] is True and rep["train_overrides"] == {"length_bucket_size": 0,
+                                                                    "optimizer_impl": "foreach"}
+    (ours,) = [r for r in rep["rows"] if r["system"] == "ours"]
+    assert ours["levers"] == ["train.length_bucket_size=0", "train.optimizer_impl=foreach"]
