@@ -76,6 +76,9 @@ class TrainConfig:
     # 96, 48]; null: off), each weighted by matryoshka_weights (null: 1 each)
     matryoshka_dims: Optional[List[int]] = None
     matryoshka_weights: Optional[List[float]] = None
+    projection_init: Optional[str] = None  # pca: the projection (model.projection_dim) starts as the training
+                                         # passages' principal directions, largest first (a rotation at the model's
+                                         # size: same scores, ordered coordinates; dpr/training/projection_init.py)
     precision: str = "auto"              # auto | fp32 | bf16 | fp16 (fp16: CUDA only, with loss scaling)
     deterministic: bool = False          # torch deterministic kernels on GPU (CPU runs are deterministic already)
     cpu_threads: int = 0                 # > 0: torch threads for the run (0: torch's default)
@@ -136,6 +139,15 @@ class TrainConfig:
             from dpr.losses.matryoshka import MatryoshkaLoss
 
             MatryoshkaLoss(None, tc.matryoshka_dims, tc.matryoshka_weights)
+        if tc.projection_init is not None:
+            from dpr.training.projection_init import PROJECTION_INITS
+
+            if tc.projection_init not in PROJECTION_INITS:
+                raise ValueError(f"train.projection_init must be null or one of {', '.join(PROJECTION_INITS)}; got "
+                                 f"{tc.projection_init!r}")
+            if tc.frozen_steps > 0:
+                raise ValueError("train.projection_init needs train.frozen_steps=0: the frozen-index steps score "
+                                 "against passage vectors encoded before the projection was set")
         if tc.max_steps <= 0 and tc.epochs <= 0 and tc.frozen_steps <= 0:
             raise ValueError("zero training steps (nothing to train): set train.max_steps, train.epochs or "
                              "train.frozen_steps > 0")
@@ -217,7 +229,7 @@ NOT_FINGERPRINTED = frozenset({"background_loader", "token_cache"})
 
 # Keys recorded in the run's and the pipeline stages' fingerprints only when set: runs, checkpoints and stages made
 # before a key existed stay the same run while it is null.
-RECORDED_WHEN_SET = frozenset({"attention_dropout", "matryoshka_dims", "matryoshka_weights"})
+RECORDED_WHEN_SET = frozenset({"attention_dropout", "matryoshka_dims", "matryoshka_weights", "projection_init"})
 
 
 def without_unset(train: Mapping[str, Any], device: "torch.device | str | None" = None) -> dict[str, Any]:

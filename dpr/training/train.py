@@ -171,6 +171,10 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
                                   {**dataclasses.asdict(tc), **run_teacher.fingerprint}, train_file, world)
     resume_dir = find_resume(tc.resume, out, fingerprint)
 
+    if tc.projection_init and resume_dir is None:  # before DDP, which broadcasts rank 0's weights
+        from dpr.training.projection_init import init_projection_pca
+
+        init_projection_pca(model, tokenizer, train_examples, device=device)
     train_model: torch.nn.Module = model
     if dist.is_distributed():
         from torch.nn.parallel import DistributedDataParallel
@@ -186,6 +190,9 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
         total_steps=total, device=device, autocast=autocast_factory(device, precision), corpus=corpus,
         state=TrainState(fingerprint=fingerprint), encode_autocast=val_autocast,
     )
+    if start_vectors is not None and tc.projection_init:  # encoded by the weights before the projection was set
+        log.info("projection_init: the given start vectors are not this run's starting weights; not used")
+        start_vectors = None
     if start_vectors is not None and corpus_texts is not None and resume_dir is None:
         trainer.start_vectors = check_start_vectors(model, tokenizer, corpus_texts, start_vectors,
                                                     max_length=mcfg.passage_max_length, autocast=val_autocast)

@@ -238,3 +238,17 @@ def test_bench_overhead_gpu_policy_sets_the_cuda_values_and_set_wins(tiny_data_d
                                                                     "optimizer_impl": "foreach"}
     (ours,) = [r for r in rep["rows"] if r["system"] == "ours"]
     assert ours["levers"] == ["train.length_bucket_size=0", "train.optimizer_impl=foreach"]
+
+
+def test_pca_truncation_rotation_keeps_the_full_size_and_reports_each_cut(tiny_model_dir, tiny_data_dir, tmp_path):
+    """``scripts/pca_truncation.py``: at the model's full size the rotation ranks as the model does (a rotation
+    changes no score); each smaller size has both rows and the share its rotated prefix carries."""
+    out = tmp_path / "pca.json"
+    rep = script("pca_truncation").main(["--model", str(tiny_model_dir), "--data-dir", str(tiny_data_dir),
+                                         "--data", "tiny", "--dims", "16,8,32", "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(rep))
+    full, *cuts = rep["rows"]
+    assert full["dim"] == 32 and [r["dim"] for r in cuts] == [16, 8, 32]
+    assert cuts[-1]["rotated"] == full["first"] and cuts[-1]["share"] == pytest.approx(1.0)
+    assert cuts[1]["share"] <= cuts[0]["share"] <= 1.0
+    assert rep["rotation_passages"] == 8 and rep["questions"] > 0
