@@ -41,13 +41,6 @@ def topk_accuracy(q: torch.Tensor, p: torch.Tensor, hits: torch.Tensor, cosine: 
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from dpr.data.passages import iter_passages
-    from dpr.data.qa import read_qa_tsv
-    from dpr.eval.has_answer import has_answer
-    from dpr.models import encode_texts, load_biencoder
-    from dpr.training.batching import load_examples
-    from dpr.training.projection_init import pca_rotation, sample_passages
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="minilm",
                     help="a run's model directory, or a preset of conf/model/ (the untrained backbone with its settings)")
@@ -60,7 +53,18 @@ def main(argv: list[str] | None = None) -> dict:
     dims = [int(d) for d in args.dims.split(",")]
     root = find_dataset(args.data_dir, args.data)
 
-    torch.set_grad_enabled(False)
+    with torch.no_grad():  # a scope, not set_grad_enabled(False): main() is also called in-process by tests
+        return _measure(args, dims, root)
+
+
+def _measure(args: argparse.Namespace, dims: list[int], root: Path) -> dict:
+    from dpr.data.passages import iter_passages
+    from dpr.data.qa import read_qa_tsv
+    from dpr.eval.has_answer import has_answer
+    from dpr.models import encode_texts, load_biencoder
+    from dpr.training.batching import load_examples
+    from dpr.training.projection_init import pca_rotation, sample_passages
+
     preset = REPO / "conf" / "model" / f"{args.model}.yaml"
     if preset.is_file() and not Path(args.model).is_dir():
         import yaml

@@ -57,6 +57,23 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
 
 
+@pytest.fixture(autouse=True)
+def torch_global_state_is_left_as_found():
+    """A test (or a script's ``main`` it calls in-process) that turns autograd off globally breaks every later test
+    in its worker with "does not require grad" far from the cause (stop 50's CI: 28 failures from one script's
+    ``torch.set_grad_enabled(False)``). Fail the test that leaks, and restore the state for the rest."""
+    import torch
+
+    grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
+    yield
+    leaked = [f"{name} {after} (was {before})" for name, before, after in
+              (("grad enabled", grad, torch.is_grad_enabled()), ("default dtype", dtype, torch.get_default_dtype()))
+              if before != after]
+    torch.set_grad_enabled(grad)
+    torch.set_default_dtype(dtype)
+    assert not leaked, "this test left torch's global state changed: " + ", ".join(leaked)
+
+
 @pytest.fixture(scope="session")
 def mirror_dir() -> Path:
     """The real-data mirror. Absent: skip with a reason, except under CI=true where it is a failure."""
