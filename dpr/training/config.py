@@ -76,6 +76,8 @@ class TrainConfig:
     # 96, 48]; null: off), each weighted by matryoshka_weights (null: 1 each)
     matryoshka_dims: Optional[List[int]] = None
     matryoshka_weights: Optional[List[float]] = None
+    matryoshka_distill: Optional[float] = None  # > 0: + this weight x KL of each smaller prefix's softmax over the
+                                         # pool to the largest size's (self-distillation; null: off)
     projection_init: Optional[str] = None  # pca: the projection (model.projection_dim) starts as the training
                                          # passages' principal directions, largest first (a rotation at the model's
                                          # size: same scores, ordered coordinates; dpr/training/projection_init.py)
@@ -135,10 +137,12 @@ class TrainConfig:
             raise ValueError(f"train.best_metric={tc.best_metric} needs train.val_corpus_topk=true")
         if tc.matryoshka_weights is not None and not tc.matryoshka_dims:
             raise ValueError("train.matryoshka_weights needs train.matryoshka_dims (the sizes they weigh)")
+        if tc.matryoshka_distill is not None and not tc.matryoshka_dims:
+            raise ValueError("train.matryoshka_distill needs train.matryoshka_dims (the sizes it distils between)")
         if tc.matryoshka_dims:  # distinct sizes, one weight each
             from dpr.losses.matryoshka import MatryoshkaLoss
 
-            MatryoshkaLoss(None, tc.matryoshka_dims, tc.matryoshka_weights)
+            MatryoshkaLoss(None, tc.matryoshka_dims, tc.matryoshka_weights, tc.matryoshka_distill)
         if tc.projection_init is not None:
             from dpr.training.projection_init import PROJECTION_INITS
 
@@ -229,7 +233,8 @@ NOT_FINGERPRINTED = frozenset({"background_loader", "token_cache"})
 
 # Keys recorded in the run's and the pipeline stages' fingerprints only when set: runs, checkpoints and stages made
 # before a key existed stay the same run while it is null.
-RECORDED_WHEN_SET = frozenset({"attention_dropout", "matryoshka_dims", "matryoshka_weights", "projection_init"})
+RECORDED_WHEN_SET = frozenset({"attention_dropout", "matryoshka_dims", "matryoshka_weights", "matryoshka_distill",
+                               "projection_init"})
 
 
 def without_unset(train: Mapping[str, Any], device: "torch.device | str | None" = None) -> dict[str, Any]:

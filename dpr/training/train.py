@@ -122,7 +122,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     if tc.matryoshka_dims:  # the loss over nested prefixes of the vectors
         from dpr.losses.matryoshka import MatryoshkaLoss
 
-        loss = MatryoshkaLoss(loss, tc.matryoshka_dims, tc.matryoshka_weights)
+        loss = MatryoshkaLoss(loss, tc.matryoshka_dims, tc.matryoshka_weights, tc.matryoshka_distill)
     # the loss's teacher (BM25 or a scores file) and, with train.teacher_denoise, the denoised examples
     run_teacher = prepare_teacher(loss, tc, paths.root, paths.passages, train_file, train_examples, write_counts=main,
                                   bm25=conf.get("bm25"))  # the run's bm25.* (BM25Config): the BM25 teacher's index

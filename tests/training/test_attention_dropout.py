@@ -175,6 +175,7 @@ def test_hydra_key_and_the_pipeline_stage_params():
     # (the keys of the data path are in no fingerprint; length_bucket_size=auto is recorded as the CPU's 8)
     assert without_unset(default, "cpu") == {**{k: v for k, v in default.items() if k not in (
         "attention_dropout", "background_loader", "token_cache", "matryoshka_dims", "matryoshka_weights",
+        "matryoshka_distill",
         "projection_init")},
         "length_bucket_size": 8}
     assert zero["attention_dropout"] == 0.0 and without_unset(zero)["attention_dropout"] == 0.0
