@@ -17,8 +17,6 @@ towards the largest size's (detached, so the teacher is not pulled down)::
 
 The in-batch NLL only says which passage is the positive; the full size's scores also say how the negatives rank,
 which is what a small prefix has to learn to reproduce the large one's retrieval.
-
-The pool is gathered once (under DDP, one all-gather for every size, not one per size).
 """
 
 from __future__ import annotations
@@ -60,15 +58,16 @@ class MatryoshkaLoss:
                  gather: bool = True) -> LossOutput:
         if max(self.dims) > q.shape[-1]:
             raise ValueError(f"train.matryoshka_dims {self.dims}: the model's vectors have {q.shape[-1]} dimensions")
-        pool = gather_passages(p, gather)
         first: LossOutput | None = None
         total = q.new_zeros(())
         for d, w in zip(self.dims, self.weights):
-            out = self.inner(q[:, :d], pool[:, :d], masks, similarity, False)
+            # `gather` passed on, not a pre-gathered pool: symmetric_nll reads it as "the in-batch pool"
+            out = self.inner(q[:, :d], p[:, :d], masks, similarity, gather)
             total = total + w * out.loss
             first = first or out
         assert first is not None
         if self.distill:
+            pool = gather_passages(p, gather)
             total = total + self.distill * self_distillation(q, pool, masks.to(q.device), similarity, self.dims)
         return replace(first, loss=total)
 

@@ -82,6 +82,22 @@ def test_self_distillation_adds_the_kl_to_the_largest_size_by_hand_and_never_pul
     assert torch.count_nonzero(grad[:, 3:]) == 0 and torch.count_nonzero(grad[:, :3]) > 0
 
 
+def test_the_wrapped_loss_gets_the_callers_gather_flag():
+    """symmetric_nll adds its reverse (passage -> question) term only for the in-batch pool (``gather=True``): a
+    Matryoshka wrapper that handed it a pre-gathered pool with ``gather=False`` would silently drop that term."""
+    from dpr.losses import SymmetricSoftmaxNLLLoss
+
+    g = torch.Generator().manual_seed(0)
+    q, p = torch.randn(3, 8, generator=g), torch.randn(6, 8, generator=g)
+    masks = PairMasks.dpr_layout(3, 2)
+    inner = SymmetricSoftmaxNLLLoss(passage_weight=1.0)
+    for gather in (True, False):
+        wrapped = MatryoshkaLoss(inner, dims=[8], distill=None)(q, p, masks, _cosine, gather=gather).loss
+        assert wrapped.item() == pytest.approx(inner(q, p, masks, _cosine, gather=gather).loss.item(), abs=1e-6)
+    assert inner(q, p, masks, _cosine, gather=True).loss.item() != pytest.approx(
+        inner(q, p, masks, _cosine, gather=False).loss.item(), abs=1e-3)  # the flag matters for this loss
+
+
 def test_bad_dims_and_weights_are_one_line_errors():
     with pytest.raises(ValueError, match="matryoshka_dims"):
         MatryoshkaLoss(SoftmaxNLLLoss(), dims=[4, 4])
