@@ -62,6 +62,7 @@ def _measure(args: argparse.Namespace, dims: list[int], root: Path) -> dict:
     from dpr.data.qa import read_qa_tsv
     from dpr.eval.has_answer import has_answer
     from dpr.models import encode_texts, load_biencoder
+    from dpr.models.truncate import truncate  # the one truncation rule (the loss's, encode.dim's, dense.dims')
     from dpr.training.batching import load_examples
     from dpr.training.projection_init import pca_rotation, sample_passages
 
@@ -86,8 +87,8 @@ def _measure(args: argparse.Namespace, dims: list[int], root: Path) -> dict:
     rot, share = pca_rotation(torch.nn.functional.normalize(S, dim=-1) if cosine else S)
     rows = [{"dim": P.shape[1], "first": topk_accuracy(Q, P, hits, cosine), "rotated": None, "share": 1.0}]
     for d in dims:
-        rows.append({"dim": d, "first": topk_accuracy(Q[:, :d], P[:, :d], hits, cosine),
-                     "rotated": topk_accuracy((Q @ rot)[:, :d], (P @ rot)[:, :d], hits, cosine),
+        rows.append({"dim": d, "first": topk_accuracy(truncate(Q, d, cosine), truncate(P, d, cosine), hits, cosine),
+                     "rotated": topk_accuracy(truncate(Q @ rot, d, cosine), truncate(P @ rot, d, cosine), hits, cosine),
                      "share": round(float(share[d - 1]), 4)})
     report = {"model": args.model, "data": str(root), "split": args.split, "questions": len(pairs),
               "passages": len(passages), "rotation_passages": len(texts), "ks": list(KS), "rows": rows}

@@ -47,8 +47,8 @@ def _cos_rows(q, p, d):  # cosine of the d-prefixes / temperature 0.5, by hand
     out = []
     for qi in q.tolist():
         a = qi[:d]
-        out.append([sum(x * y for x, y in zip(a, pj[:d])) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in pj[:d]))
-                    / 0.5 for pj in p.tolist()])
+        out.append([sum(x * y for x, y in zip(a, pj[:d]))
+                    / math.sqrt(sum(x * x for x in a) * sum(y * y for y in pj[:d])) / 0.5 for pj in p.tolist()])
     return out
 
 
