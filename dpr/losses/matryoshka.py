@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from dpr.losses.base import LossOutput, PairMasks, Similarity, gather_passages
+from dpr.losses.kl_distill import listwise_kl
 from dpr.models.truncate import truncate  # noqa: F401 (re-exported: the one truncation rule lives in dpr.models)
 
 
@@ -75,17 +76,14 @@ class MatryoshkaLoss:
 def self_distillation(q: torch.Tensor, pool: torch.Tensor, masks: PairMasks, similarity: Similarity,
                       dims: Sequence[int]) -> torch.Tensor:
     """``sum_{d < max(dims)} KL(softmax(s^max) || softmax(s^d))``, mean over questions; the largest size's
-    scores are the detached teacher; ignored pairs are out of both softmaxes (module docstring)."""
+    scores are the detached teacher of :func:`dpr.losses.kl_distill.listwise_kl` (ignored pairs left out)."""
     top = max(dims)
-    neg_inf = torch.finfo(torch.float32).min
-
-    def log_probs(d: int) -> torch.Tensor:
-        return torch.log_softmax(similarity(q[:, :d], pool[:, :d]).float().masked_fill(masks.ignore, neg_inf), dim=1)
-
     with torch.no_grad():
-        teacher = log_probs(top)
+        teacher = similarity(q[:, :top], pool[:, :top]).float()
+    as_teacher = PairMasks(masks.positive, masks.ignore, teacher)
     total = q.new_zeros((), dtype=torch.float32)
     for d in dims:
-        if d != top:  # kl_div(input=student log-probs, target=teacher log-probs)
-            total = total + torch.nn.functional.kl_div(log_probs(d), teacher, reduction="batchmean", log_target=True)
+        if d != top:
+            student = similarity(q[:, :d], pool[:, :d]).float()
+            total = total + listwise_kl(student, as_teacher, name="matryoshka_distill").mean()
     return total
