@@ -179,7 +179,11 @@ def export_tower(model: BiEncoder, tokenizer: Any, tower: str, path: str | Path)
                               output_names=[_OUTPUT], dynamic_axes=dynamic, opset_version=OPSET, dynamo=False)
         got = OnnxTower(tmp)(**check)
         cos = min_cosine(got, want)
-        if not cos >= EXPORT_MIN_COSINE:
+        if not torch.isfinite(want).all():
+            # a corrupt or diverged model: there is no agreement to check, and "use runtime=torch" would be the wrong
+            # advice; the encoder's own check then names the model and the non-finite rows
+            log.warning("the %s tower gives non-finite vectors in torch too: ONNX agreement not checked", tower)
+        elif not cos >= EXPORT_MIN_COSINE:
             raise ValueError(f"ONNX export of the {tower} tower disagrees with torch (min cosine {cos:.5f} < "
                              f"{EXPORT_MIN_COSINE}); use runtime=torch")
     log.info("exported the %s tower to %s (probe min cosine vs torch %.6f)", tower, path, cos)
