@@ -90,8 +90,9 @@ def test_pipeline_dense_dim_encodes_both_dense_systems_at_that_size(tiny_data_di
     from dpr.index.shards import list_shards
 
     out = tmp_path / "run"
-    # encode.runtime=torch: training's vectors are torch's, and `auto` picks ONNX Runtime on an AVX-512 CPU without
-    # bf16, where the corpus is encoded again (logged with the reason) instead of stored from training
+    # encode.runtime=torch: training's vectors are torch's, and where `auto` picks ONNX Runtime (fp32 encoding on an
+    # AVX-512 CPU: no native bf16, or DPR_NO_BF16) the corpus is encoded again instead of stored from training, so
+    # the stored-and-truncated path would go untested there (test_pipeline.py checks auto's choice on each CPU)
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "dense.dim=16", "dense.dims=[8]", "encode.runtime=torch")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for system, dim in (("dense_untrained", 16), ("dense", 16), ("dense@8", 8)):
