@@ -141,7 +141,9 @@ def restore(bundle: Path, wheel_dir: Path) -> Path:
     wheel_dir.mkdir(parents=True, exist_ok=True)
     path = wheel_dir / f"{name}-{manifest['version']}-py3-none-any.whl"
     tmp = path.with_suffix(".whl.tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+    # deflate level 1, not zlib's default 6: the wheel is installed on the spot, not shipped, and the fp32 weights
+    # (86 MiB) deflate in 2.4 s to 54 MiB at 1 against 17.1 s to 51 MiB at 6 (2-core AVX-512 Xeon)
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
         for rel, data in contents.items():
             z.writestr(rel, data)
     tmp.replace(path)
