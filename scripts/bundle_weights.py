@@ -121,9 +121,29 @@ def _record_line(rel: str, data: bytes) -> list[str]:
     return [rel, f"sha256={digest}", str(len(data))]
 
 
+def read_manifest(bundle: Path) -> dict:
+    """``<bundle>/manifest.json`` as ``pack`` wrote it; anything else is a one-line ValueError naming the file. The
+    standard library only (no dpr.data helpers): restore runs before the bundle's wheels are installed."""
+    path = bundle / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file (a bundle is what `bundle_weights.py pack` writes)") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 ({err.reason})") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: broken JSON: {err.msg} (column {err.colno})") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
+    for field in ("dist", "version", "files", "weights", "random_weights"):
+        if field not in manifest:
+            raise ValueError(f"{path}: field '{field}': missing")
+    return manifest
+
+
 def restore(bundle: Path, wheel_dir: Path) -> Path:
     """The package's wheel again, fp32 weights restored (or drawn at random), written into ``wheel_dir``."""
-    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest = read_manifest(bundle)
     contents: dict[str, bytes] = {rel: (bundle / "files" / rel).read_bytes() for rel in manifest["files"]}
     weights_rel = manifest["weights"]
     if manifest["random_weights"]:
@@ -150,7 +170,7 @@ def restore(bundle: Path, wheel_dir: Path) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("pack")
@@ -160,12 +180,20 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("bundle", type=Path)
     r.add_argument("wheel_dir", type=Path)
     args = ap.parse_args(argv)
-    if args.cmd == "pack":
-        m = pack(args.out, args.random_weights)
-        what = "random weights" if m["random_weights"] else f"weights {m['packed_bytes'] / 2**20:.1f} MiB fp16+xz"
-        print(f"bundle_weights: {m['dist']} {m['version']} packed into {args.out} ({what})")
-    else:
-        print(restore(args.bundle, args.wheel_dir))
+    try:
+        if args.cmd == "pack":
+            m = pack(args.out, args.random_weights)
+            what = "random weights" if m["random_weights"] else f"weights {m['packed_bytes'] / 2**20:.1f} MiB fp16+xz"
+            print(f"bundle_weights: {m['dist']} {m['version']} packed into {args.out} ({what})")
+        else:
+            print(restore(args.bundle, args.wheel_dir))
+    except ValueError as err:  # a bad bundle (read_manifest) or a weight outside fp16 (pack_weights): one line
+        print(f"bundle_weights: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a file the manifest lists that is not there, an unwritable output
+        print(f"bundle_weights: {err.filename}: {err.strerror}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

@@ -61,6 +61,25 @@ def test_weights_outside_fp16_refused(tmp_path):
         bw.pack_weights({"w": torch.tensor([1.0, 1e6])}, tmp_path / "w.xz")
 
 
+@pytest.mark.parametrize("manifest, words", [
+    (None, "manifest.json: no such file"),
+    ('{\n  "dist": "x",\n  oops\n}', "manifest.json:3: broken JSON"),
+    ("[]", "manifest.json: expected a JSON object, got list"),
+    ('{"dist": "x", "version": "1", "files": [], "weights": "w"}', "manifest.json: field 'random_weights': missing"),
+    ('{"dist": "x", "version": "1", "files": ["a.py"], "weights": "w", "random_weights": false}', "a.py: No such file"),
+])
+def test_restore_of_a_bad_bundle_is_one_line(tmp_path, capsys, manifest, words):
+    """restore on something ``pack`` did not write: exit 2, one line naming the file, no wheel written."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    if manifest is not None:
+        (bundle / "manifest.json").write_text(manifest)
+    assert script("bundle_weights").main(["restore", str(bundle), str(tmp_path / "wheels")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("bundle_weights: ") and words in err, err
+    assert not list(tmp_path.glob("wheels/*"))
+
+
 @pytest.mark.parametrize("random_weights", [True, pytest.param(False, marks=pytest.mark.slow)])  # xz of 91 MB: ~1 min
 def test_package_restored_as_an_installable_wheel(tmp_path, random_weights):
     """The MiniLM package packed and restored: a wheel whose RECORD matches its files and whose weights are
