@@ -7,7 +7,8 @@ encodes a single question (`check_index_matches`).
 
 Fingerprints hash file contents, not names or modification times: copying a run directory keeps its
 fingerprint, retraining into the same directory changes it. Results are memoised per process on
-(path, size, mtime) so one command hashes each file once.
+(path, size, mtime) so one command hashes each file once, and across commands by `dpr.index.hash_cache`
+(a file is hashed again only once its size, mtime or inode changes).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dpr.errors import DataError
+from dpr.index.hash_cache import cached_sha256
 
 # The files that make a model: weights, configs, the bi-encoder settings (pooling, similarity, projection).
 MODEL_FILE_SUFFIXES = (".safetensors", ".bin", ".json", ".pt")
@@ -32,12 +34,8 @@ log = logging.getLogger(__name__)
 def _file_sha256(path: Path) -> str:
     st = path.stat()
     key = ("file", str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _memo:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                h.update(block)
-        _memo[key] = h.hexdigest()
+    if key not in _memo:  # per process; across processes the digest is remembered on disk (hash_cache)
+        _memo[key] = cached_sha256(path)
     return _memo[key]
 
 
