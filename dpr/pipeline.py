@@ -34,6 +34,7 @@ from dpr.models.run_format import model_marker, model_outputs
 from dpr.negatives import bm25 as bm25_negatives
 from dpr.negatives.config import RemineConfig
 from dpr.negatives.dense import remine_dataset
+from dpr.pipeline_encode import encode_on_every_rank
 from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
 from dpr.retrieval.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.stages import StageRunner
@@ -158,8 +159,8 @@ def train_model_rounds(cfg: DictConfig, ds: DatasetPaths, out: Path, model_dir: 
         )
         if r < rounds:  # the round's own index, to mine the next round's negatives from
             emb, idx = rdir / "embeddings", rdir / "index.faiss"
-            stages.run(f"encode_round{r}", lambda m=mdir, e=emb: encode.encode_corpus(str(m), ds.passages, e,
-                                                                                     _encode_config(cfg)),
+            stages.run(f"encode_round{r}", lambda m=mdir, e=emb: encode_on_every_rank(str(m), ds.passages, e,
+                                                                                      _encode_config(cfg)),
                        outputs=[emb], inputs=[ds.passages, model_marker(mdir)], params=plain(cfg.encode))
             stages.run(f"index_round{r}", lambda e=emb, i=idx: faiss_index.build_and_save(e, i, factory="Flat"),
                        outputs=[idx], inputs=[emb], params={"factory": "Flat"})
@@ -261,7 +262,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
         else:
             stages.run(
                 f"{name}_encode",
-                lambda: encode.encode_corpus(model_path, ds.passages, emb, _encode_config(cfg, dense.dim)),
+                lambda: encode_on_every_rank(model_path, ds.passages, emb, _encode_config(cfg, dense.dim)),
                 outputs=[emb], inputs=[ds.passages, *model_inputs], params=encode_params(cfg, dense.dim),
             )
         stages.run(
