@@ -143,3 +143,70 @@ def get_list(path: str | Path, obj: dict, key: str, where: int | str | None, fie
     if key not in obj:
         raise DataError(path, "missing", line=where, field=name)
     return expect_list(path, obj[key], where, field=name)
+
+
+_JSON_WS = " \t\r\n"
+
+
+def iter_json_array(path: str | Path, block: int = 1 << 22) -> Iterator[tuple[int, Any]]:
+    """Yield ``(index, element)`` of a file holding one top-level JSON list, without holding the whole list.
+
+    DPR's biencoder training files are one JSON list of several GB; `load_json_file` would hold the text and
+    every parsed example at once. Here only the current element (and a read block) is in memory. Errors are a
+    `DataError` naming the record (0-based, as `record` writes it).
+    """
+    path = Path(path)
+    decoder = json.JSONDecoder()
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        buf, pos, eof, i = "", 0, False, 0
+
+        def more() -> bool:
+            nonlocal buf, pos, eof
+            try:
+                chunk = f.read(block)
+            except UnicodeDecodeError:
+                raise DataError(path, "not UTF-8", line=record(i)) from None
+            buf, pos = buf[pos:] + chunk, 0
+            eof = not chunk
+            return bool(chunk)
+
+        def skip_ws() -> str:
+            nonlocal pos
+            while True:
+                while pos < len(buf) and buf[pos] in _JSON_WS:
+                    pos += 1
+                if pos < len(buf) or not more():
+                    return buf[pos] if pos < len(buf) else ""
+
+        if skip_ws() != "[":
+            raise DataError(path, "expected a JSON list", line=1)
+        pos += 1
+        if skip_ws() == "]":
+            return
+        while True:
+            skip_ws()  # raw_decode does not skip leading whitespace
+            while True:
+                try:
+                    obj, end = decoder.raw_decode(buf, pos)
+                    # a number or literal cut at the block's end parses short: read on until a delimiter follows
+                    if end < len(buf) or eof:
+                        break
+                except json.JSONDecodeError as err:
+                    if eof:
+                        raise DataError(path, f"broken JSON: {err.msg}", line=record(i)) from None
+                except RecursionError:
+                    raise DataError(path, "JSON nested too deeply", line=record(i)) from None
+                more()
+            pos = end
+            yield i, obj
+            i += 1
+            sep = skip_ws()
+            if sep == "]":
+                pos += 1
+                if skip_ws():
+                    raise DataError(path, "text after the closing ']'", line=record(i - 1))
+                return
+            if sep != ",":
+                raise DataError(path, f"expected ',' or ']' after the element, got {sep[:1]!r}" if sep
+                                else "the list is not closed (file cut short?)", line=record(i - 1))
+            pos += 1

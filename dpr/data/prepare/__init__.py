@@ -4,6 +4,11 @@ recipe's sources, builds ``<data_dir>/<name>/`` in a temporary directory and ren
 A recipe module defines ``KIND`` ("qa" | "qrels"), ``VERSION`` (bump it when its output changes),
 ``SOURCES`` ({role: registry name}), ``DEFAULTS`` (the config keys it reads, with defaults) and
 ``build(cfg, files, out) -> {"counts": ..., "notes": [...], ...}`` which writes into ``out``.
+A recipe over files the registry holds no digest for (DPR's) defines ``fetch_sources(cfg, mirror, cache) ->
+(files, {file: {path, size, sha256, ...}})`` instead: it runs before the up-to-date check (a changed file is
+refused even when nothing would be rebuilt), its digests join the fingerprint, and ``build`` gets them as
+``sources=``. An output that is a symbolic link (DPR's 13 GB passages, read in place) is recorded with its
+size and target, not hashed again.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from typing import Any
 
 from dpr.atomic import atomic_path, check_replaceable, sha256_file, write_json_atomic
 from dpr.data.dataset import DatasetPaths
-from dpr.data.prepare import beir, import_, nfcorpus, nq_open_dev, sciq_open, squad1_open
+from dpr.data.prepare import (beir, dpr_nq, dpr_squad1, dpr_trivia, import_, nfcorpus, nq_open_dev, sciq_open,
+                               squad1_open)
 from dpr.data.sources import DEFAULT_CACHE_DIR, default_mirror_dir, fetch, load_registry
 from dpr.errors import DataError
 from dpr.trainkit.config_dict import plain
@@ -29,6 +35,9 @@ RECIPES: dict[str, ModuleType] = {
     "nq_open_dev": nq_open_dev,
     "beir": beir,
     "import": import_,
+    "dpr_nq": dpr_nq,
+    "dpr_trivia": dpr_trivia,
+    "dpr_squad1": dpr_squad1,
 }
 
 
@@ -40,9 +49,10 @@ def _recipe_config(cfg: dict, recipe: ModuleType) -> dict:
 
 
 def _fingerprint(name: str, recipe_name: str, recipe: ModuleType, rcfg: dict, registry: dict,
-                 local: dict[str, Path] | None = None) -> dict:
-    sources = {registry[s].path: registry[s].sha256 for s in recipe.SOURCES.values()}
+                 local: dict[str, Path] | None = None, fetched: dict[str, dict] | None = None) -> dict:
+    sources: dict = {registry[s].path: registry[s].sha256 for s in recipe.SOURCES.values()}
     sources.update({str(f.resolve()): sha256_file(f) for f in (local or {}).values()})
+    sources.update(fetched or {})
     return {
         "name": name,
         "kind": recipe.KIND,
@@ -98,6 +108,12 @@ def is_up_to_date(root: Path, fingerprint: dict) -> bool:
     return True
 
 
+def _output_entry(f: Path) -> dict:
+    if f.is_symlink():  # a large source read in place: its digest is in the fingerprint's sources
+        return {"bytes": f.stat().st_size, "link": str(f.resolve())}
+    return {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
+
+
 def prepare_dataset(
     data_cfg: Any,
     data_dir: str | Path,
@@ -130,27 +146,28 @@ def prepare_dataset(
     rcfg = _recipe_config(cfg, recipe)
     # a recipe over the user's own files (beir) names them itself; registry recipes fetch theirs below
     local = recipe.local_sources(rcfg) if hasattr(recipe, "local_sources") else {}
-    fingerprint = _fingerprint(name, recipe_name, recipe, rcfg, registry, local)
-    root = Path(data_dir) / name
-    if not force and is_up_to_date(root, fingerprint):
-        log.info("%s: up to date (%s)", name, root)
-        return root
-
     # an explicit `mirror_dir: null` in the config means "download", so $DPR_DATA_MIRROR is only the
     # fallback when the key is absent
     mirror = mirror_dir or (cfg.get("mirror_dir") if "mirror_dir" in cfg else default_mirror_dir())
     cache = cache_dir or cfg.get("cache_dir") or DEFAULT_CACHE_DIR
+    root = Path(data_dir) / name
+    fetched: dict[str, dict] | None = None
+    if hasattr(recipe, "fetch_sources"):
+        check_replaceable(root, directory=True, owned=is_prepared_dataset)  # before 13 GB are downloaded
+        local, fetched = recipe.fetch_sources(cfg, mirror, cache)
+    fingerprint = _fingerprint(name, recipe_name, recipe, rcfg, registry, {} if fetched is not None else local,
+                               fetched)
+    if not force and is_up_to_date(root, fingerprint):
+        log.info("%s: up to date (%s)", name, root)
+        return root
+
     log.info("%s: preparing into %s (sources from %s)", name, root, f"mirror {mirror}" if mirror else f"download cache {cache}")
     check_replaceable(root, directory=True, owned=is_prepared_dataset)  # before any source is read
     files = {role: fetch(src, mirror, cache, registry) for role, src in recipe.SOURCES.items()} | local
     with atomic_path(root, owned=is_prepared_dataset) as tmp:
         tmp.mkdir(parents=True)
-        result = recipe.build(rcfg, files, tmp)
-        outputs = {
-            str(f.relative_to(tmp)): {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
-            for f in sorted(tmp.rglob("*"))
-            if f.is_file()
-        }
+        result = recipe.build(rcfg, files, tmp, **({"sources": fetched} if fetched is not None else {}))
+        outputs = {str(f.relative_to(tmp)): _output_entry(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
         meta = {**fingerprint, **{k: v for k, v in result.items() if k not in fingerprint}, "outputs": outputs}
         write_json_atomic(tmp / "meta.json", meta)
     log.info("%s: done: %s", name, meta.get("counts"))
