@@ -72,6 +72,11 @@ def load_index(path: str | Path, device: str = "cpu", nprobe: int | None = None,
         raise FileNotFoundError(f"index not found: {path}")
     if not ids_path(path).is_file():
         raise FileNotFoundError(f"index ids not found: {ids_path(path)} (written by save_index beside the index)")
+    if device == "gpu":  # a flat index without faiss-gpu: its shards searched in place on the GPUs, no host copy
+        from dpr.index.shard_search import from_shards
+
+        if (found := from_shards(path, search_dtype)) is not None:
+            return found
     flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
     index = faiss.read_index(str(path), flags)
     ids = read_ids(ids_path(path))
