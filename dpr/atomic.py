@@ -17,6 +17,9 @@
   the writer gives none, one whose entries the new directory all has (an earlier save of the same layout).
   Anything else at the path (a directory under a file output, a file under a directory output, a directory
   holding other files) is refused with :class:`OutputConflictError` (one line; nothing is touched).
+  A file a command writes *inside* an output directory (``README.md``, ``metrics.jsonl``, ``test.json``: the
+  names of `dpr.output_kinds.INSIDE`) replaces only a file that looks like an earlier output of that name
+  (:func:`check_outputs_inside`, which commands also call on their directory before any work).
 - **Leftovers cleaned.** Temporary names are ``.<name>.<pid>-<random>.tmp``. While holding the lock
   no other writer of that path can be mid-write, so every such name found then belongs to a killed
   run and is removed.
@@ -38,7 +41,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,23 @@ def check_replaceable(path: str | Path, directory: bool, owned: Callable[[Path],
     if owned is not None and any(path.iterdir()) and not owned(path):
         raise OutputConflictError(path, "is a directory this command did not write (no marker of its output "
                                   "in it)")
+
+
+def check_outputs_inside(directory: str | Path, names: Iterable[str] | Mapping[str, str]) -> None:
+    """Raise :class:`OutputConflictError` naming the first of ``names`` (paths relative to ``directory``) that is
+    a file of the user's: one that does not look like the project's output of that name
+    (`dpr.output_kinds.foreign_inside`; a mapping gives each name's kind, `dpr.output_kinds.KINDS`). For a
+    command's start, before any work; reads only first bytes."""
+    from dpr.output_kinds import foreign_inside
+
+    directory = Path(directory)
+    kinds = names if isinstance(names, Mapping) else dict.fromkeys(names)
+    for name, kind in kinds.items():
+        path = directory / name
+        if os.path.isfile(path) and not os.path.islink(path):
+            what = foreign_inside(path, kind)
+            if what is not None:
+                raise OutputConflictError(path, f"{what}, which this command writes there (your own file?)")
 
 
 def _check_swap(new: Path, path: Path) -> None:
@@ -259,6 +279,7 @@ def atomic_path(path: str | Path, owned: Callable[[Path], bool] | None = None) -
     path = Path(path)
     if owned is not None:
         check_replaceable(path, directory=True, owned=owned)
+    check_outputs_inside(path.parent, [path.name])  # the user's README.md, metrics.jsonl ... in an output dir
     path.parent.mkdir(parents=True, exist_ok=True)
     with path_lock(path):
         clean_stale_temps(path)

@@ -1,5 +1,6 @@
-"""What kind of file stands at an output path, sniffed from its first bytes (issue 46: a file output may
-replace only a file of the kind its command writes, never the user's training file or corpus).
+"""What kind of file stands at an output path, sniffed from its first bytes: a file output may replace only a
+file of the kind its command writes, never the user's training file or corpus; a file a command writes inside an
+output directory (:data:`INSIDE`, by name) likewise replaces only an earlier output of that name.
 
 One function per kind, each given the file's first :data:`HEAD` bytes (never the whole file), True when they
 look like what the project's writer of that kind produces. :func:`foreign` answers the question
@@ -114,6 +115,61 @@ def looks_like(head: bytes) -> str:
     if b"\0" in head[:1024]:
         return "a binary file"
     return "a text file"
+
+
+def model_card(head: bytes) -> bool:
+    """A model card (`dpr.model_card`): YAML front matter tagged ``dense-retrieval``."""
+    return head.lstrip().startswith(b"---") and b"dense-retrieval" in head
+
+
+def metrics_rows(head: bytes) -> bool:
+    """A trainer's ``metrics.jsonl`` / ``validation.jsonl`` (`dpr.trainkit.metrics_log`): a ``step`` per row."""
+    rec = _first_record(head)
+    return rec is not None and isinstance(rec.get("step"), int)
+
+
+def run_summary(head: bytes) -> bool:
+    """A trainer's ``train_summary.json``: a JSON object with the run's ``config`` (or its ``fingerprint``)."""
+    return re.match(rb"^\s*\{", head) is not None and re.search(rb'"(config|fingerprint)"\s*:', head) is not None
+
+
+def json_object_with(*keys: str) -> Callable[[bytes], bool]:
+    """A JSON object holding one of ``keys`` near its start (a project JSON whose first keys are fixed)."""
+    pattern = re.compile(rb'"(' + b"|".join(re.escape(k.encode()) for k in keys) + rb')"\s*:')
+
+    def check(head: bytes) -> bool:
+        return re.match(rb"^\s*\{", head) is not None and pattern.search(head) is not None
+
+    return check
+
+
+# Files the commands write *inside* an output directory under names no input file has: what each must look like to
+# be replaced there (a file of that name that looks otherwise is the user's: `dpr.atomic.atomic_path` refuses it).
+# Generic names (``test.json`` is a results file under ``bm25/`` but a training file in a dataset) are checked by
+# the command that writes them, which names their kind (`dpr.atomic.check_outputs_inside`).
+INSIDE: dict[str, tuple[Callable[[bytes], bool], str]] = {
+    "README.md": (model_card, "a model card"),
+    "metrics.jsonl": (metrics_rows, "a training metrics log"),
+    "validation.jsonl": (metrics_rows, "a validation metrics log"),
+    "train_summary.json": (run_summary, "a training summary"),
+    "timings.json": (json_object_with("seconds"), "a pipeline timings JSON"),
+    "biencoder.json": (json_object_with("format", "config"), "a bi-encoder marker"),
+}
+
+
+def foreign_inside(path: str | Path, kind: str | None = None) -> str | None:
+    """None when the file at ``path`` may be replaced by the project's output of that name (an empty file, a name
+    no command writes inside a directory, or a file of the kind the name stands for), else what it looks like.
+    ``kind``: one of :data:`KINDS`, for a generic name (else the name's entry of :data:`INSIDE`)."""
+    path = Path(path)
+    kind = KINDS[kind] if kind is not None else INSIDE.get(path.name)
+    if kind is None:
+        return None
+    with open(path, "rb") as f:
+        head = f.read(HEAD)
+    if not head.strip() or kind[0](head):
+        return None
+    return f"looks like {looks_like(head)}, not {kind[1]}"
 
 
 def foreign(kinds: tuple[str, ...]) -> Callable[[Path], str | None]:

@@ -20,6 +20,11 @@ One run owns a run directory at a time (`lock_run_dir`, taken by each trainer's 
 checks): a second run into it is refused in one line naming the holder (pid, host, since when). The lock
 is a ``flock`` on ``<run dir>/.dpr-run.lock``, which the kernel drops when its holder dies, so the lock of
 a killed run is taken over by the next one; the file only says who holds it.
+
+A run directory may already hold the user's own files. Once it holds the lock, each command checks the files
+it will write there (:data:`OUTPUTS_INSIDE`): one of those names holding a file that does not look like the
+project's output of that name (the user's ``README.md`` or ``metrics.jsonl``) is refused in one line before any
+work (`dpr.atomic.check_outputs_inside`); files of other names are never touched.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import socket
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from dpr.atomic import atomic_path, sha256_file
+from dpr.atomic import atomic_path, check_outputs_inside, sha256_file
 from dpr.models.run_format import MODEL_FILES
 from dpr.trainkit.finished_run import SUMMARY, COMMON_OUTPUTS, config_diff, read_summary, refuse_or_remove
 
@@ -43,6 +48,20 @@ log = logging.getLogger(__name__)
 
 PENDING_HYDRA = ".hydra.pending"
 LOCK_FILE = ".dpr-run.lock"
+
+
+_TRAINER_FILES = ("README.md", "metrics.jsonl", "validation.jsonl", "train_summary.json", "biencoder.json")
+_PIPELINE_FILES = {"timings.json": None, **{f"model/{n}": None for n in _TRAINER_FILES},
+                   **{f"{system}/{split}.{ext}": kind for system in ("bm25", "dense", "hybrid", "rerank")
+                      for split in ("test", "dev") for ext, kind in (("json", "dpr_results"), ("trec", "trec_run"))}}
+# The files each locking command writes into its run directory under a name a user's file may have (with the
+# kind of a generic name: `dpr.atomic.check_outputs_inside`).
+OUTPUTS_INSIDE: dict[str, tuple[str, ...] | dict[str, str | None]] = {
+    "dpr-train": _TRAINER_FILES,
+    "dpr-rerank train": _TRAINER_FILES,
+    "dpr-reader train": _TRAINER_FILES,
+    "dpr-pipeline": _PIPELINE_FILES,
+}
 
 
 class RunDirBusyError(OSError):
@@ -112,6 +131,8 @@ def lock_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
         os.ftruncate(fd, 0)
         os.pwrite(fd, body.encode(), 0)
         try:
+            # before any work: a file of the user's where this command writes is refused, not replaced
+            check_outputs_inside(run_dir, OUTPUTS_INSIDE.get(command, _TRAINER_FILES))
             yield
         finally:
             # released: the file goes while still locked, so a refused or finished run leaves nothing behind; a

@@ -1,0 +1,126 @@
+"""A user's own file inside an existing output directory, under a name a command writes there (``README.md``,
+``metrics.jsonl``, ``bm25/test.json``, ...): refused in one line before any work, exit 2, the file unchanged.
+An earlier output of that name (a model card, a metrics log, a results file) is still replaced."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpr.atomic import OutputConflictError, check_outputs_inside, write_json_atomic, write_text_atomic
+from dpr.output_kinds import INSIDE, foreign_inside
+from dpr.run_dir import OUTPUTS_INSIDE, lock_run_dir
+
+BIN = Path(sys.executable).parent
+USER_README = "# My notes\n\nexperiments I ran by hand\n"
+USER_METRICS = '{"accuracy": 0.5, "note": "my own log"}\n'
+
+
+def _user_dir(root: Path) -> Path:
+    d = root / "run"
+    d.mkdir()
+    (d / "README.md").write_text(USER_README)
+    (d / "metrics.jsonl").write_text(USER_METRICS)
+    return d
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    env.pop("RANK", None)
+    return subprocess.run([str(BIN / args[0]), *args[1:]], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=300)
+
+
+def _one_line(proc: subprocess.CompletedProcess, *words: str) -> str:
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("dpr-")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", sorted(OUTPUTS_INSIDE))
+def test_every_locking_command_refuses_a_user_file_before_any_work(tmp_path, command):
+    d = _user_dir(tmp_path)
+    if command == "dpr-pipeline":  # the pipeline writes its model card under model/
+        (d / "model").mkdir()
+        (d / "README.md").rename(d / "model" / "README.md")
+    with pytest.raises(OutputConflictError, match="README.md: looks like a text file, not a model card"):
+        with lock_run_dir(d, command):
+            pytest.fail("the command ran")
+    readme = d / ("model/README.md" if command == "dpr-pipeline" else "README.md")
+    assert readme.read_text() == USER_README and (d / "metrics.jsonl").read_text() == USER_METRICS
+    assert not (d / ".dpr-run.lock").exists()
+
+
+def test_the_user_metrics_log_is_refused_too(tmp_path):
+    d = _user_dir(tmp_path)
+    (d / "README.md").unlink()
+    with pytest.raises(OutputConflictError, match="metrics.jsonl: looks like a JSON file, not a training metrics log"):
+        with lock_run_dir(d, "dpr-rerank train"):
+            pass
+    assert (d / "metrics.jsonl").read_text() == USER_METRICS
+
+
+def test_the_project_outputs_of_those_names_are_replaced(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "README.md").write_text("---\nlibrary_name: transformers\ntags:\n- dense-retrieval\n---\n\n# m\n")
+    (d / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    (d / "validation.jsonl").write_text("")  # an empty file: nothing to lose
+    (d / "train_summary.json").write_text(json.dumps({"config": {}, "steps": 3}))
+    (d / "notes.txt").write_text("a name no command writes")
+    with lock_run_dir(d, "dpr-train"):
+        pass
+    write_text_atomic(d / "README.md", "---\ntags:\n- dense-retrieval\n---\nnew\n")
+    write_json_atomic(d / "bm25_like.json", [])
+    assert (d / "README.md").read_text().endswith("new\n")
+
+
+def test_the_write_path_itself_refuses_a_user_file(tmp_path):
+    d = _user_dir(tmp_path)
+    (d / "bm25").mkdir()
+    (d / "bm25" / "test.json").write_text('[{"question": "q", "positive_ctxs": []}]')
+    for path in (d / "README.md", d / "metrics.jsonl"):
+        before = path.read_bytes()
+        with pytest.raises(OutputConflictError, match=str(path)):
+            write_text_atomic(path, "the command's output\n")
+        assert path.read_bytes() == before
+    with pytest.raises(OutputConflictError, match="a DPR training file, not a DPR results JSON"):
+        check_outputs_inside(d, {"bm25/test.json": "dpr_results"})
+
+
+def test_every_inside_name_recognises_only_its_kind(tmp_path):
+    for name in INSIDE:
+        p = tmp_path / name
+        p.write_text("plain words of the user\n")
+        assert foreign_inside(p) is not None, name
+        p.write_text("")
+        assert foreign_inside(p) is None, name
+
+
+def test_dpr_train_refuses_in_one_line_with_the_user_files_unchanged(tmp_path, tiny_model_dir):
+    d = _user_dir(tmp_path)
+    proc = _cli(tmp_path, "dpr-train", f"model.name={tiny_model_dir}", f"output_dir={d}", "data=squad1_open",
+                f"data_dir={tmp_path / 'data'}", "train.max_steps=1")
+    _one_line(proc, f"{d / 'README.md'}: looks like a text file, not a model card")
+    assert (d / "README.md").read_text() == USER_README and (d / "metrics.jsonl").read_text() == USER_METRICS
+    assert not (d / "train_summary.json").exists() and not (d / "checkpoints").exists()
+
+
+def test_dpr_pipeline_refuses_a_user_results_file_under_bm25(tmp_path, tiny_model_dir):
+    d = tmp_path / "pipe"
+    (d / "bm25").mkdir(parents=True)
+    user = '[{"question": "who?", "answers": ["me"], "positive_ctxs": [{"text": "mine"}]}]'
+    (d / "bm25" / "test.json").write_text(user)
+    proc = _cli(tmp_path, "dpr-pipeline", f"model.name={tiny_model_dir}", f"output_dir={d}", "data=squad1_open",
+                f"data_dir={tmp_path / 'data'}")
+    _one_line(proc, f"{d / 'bm25' / 'test.json'}: looks like a DPR training file, not a DPR results JSON")
+    assert (d / "bm25" / "test.json").read_text() == user
+    assert not (d / "stages").exists()
