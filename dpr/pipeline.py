@@ -34,7 +34,8 @@ from dpr.models.run_format import model_marker, model_outputs
 from dpr.negatives import bm25 as bm25_negatives
 from dpr.negatives.config import RemineConfig
 from dpr.negatives.dense import remine_dataset
-from dpr.pipeline_encode import encode_on_every_rank
+from dpr.pipeline_encode import encode_on_every_rank, passage_count
+from dpr.pipeline_scale import ScaleConfig, index_params
 from dpr.retrieval import BM25Retriever, Retriever, runs as retrieve
 from dpr.retrieval.fusion import fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.stages import StageRunner
@@ -196,6 +197,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
         raise ValueError(f"until must be null (every stage) or train, got {until!r}")
     split_rounds(plain(cfg.train))  # train.rounds and the remine settings: checked before any stage runs
     dense = dense_config(cfg)  # dense.dim / dense.dims: checked before any stage runs
+    scale = strict_from_dict(ScaleConfig, plain(cfg.get("scale") or {}), "scale").check()
     RemineConfig.from_dict(plain(cfg.get("remine")))
     if cfg.get("teacher"):  # the teacher's settings checked before any stage runs
         from dpr.rerank.pipeline import check_teacher
@@ -265,10 +267,11 @@ def run_pipeline(cfg: DictConfig) -> dict:
                 lambda: encode_on_every_rank(model_path, ds.passages, emb, _encode_config(cfg, dense.dim)),
                 outputs=[emb], inputs=[ds.passages, *model_inputs], params=encode_params(cfg, dense.dim),
             )
+        index_cfg = index_params(plain(cfg.index), scale, emb)  # the index section, or above a size a compact one
         stages.run(
             f"{name}_index",
-            lambda: faiss_index.build_and_save(emb, idx, **plain(cfg.index)),
-            outputs=[idx], inputs=[emb], params=plain(cfg.index),
+            lambda: faiss_index.build_and_save(emb, idx, **index_cfg),
+            outputs=[idx], inputs=[emb], params=index_cfg,
         )
         for split, path in res.items():
             stages.run(
@@ -276,7 +279,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
                 lambda split=split, path=path: retrieve.retrieve_split(
                     Retriever.dense(model_path, idx, None if qrels_data else ds.passages,
                                     batch_size=cfg.retrieve.batch_size, autocast=cfg.retrieve.autocast,
-                                    weights=cfg.retrieve.weights),
+                                    weights=cfg.retrieve.weights, index_device=scale.search_device()),
                     ds, split, path, k=cfg.retrieve.k),
                 outputs=[path], inputs=[idx, *_questions(ds, split), *model_inputs],
                 params=plain(cfg.retrieve),
@@ -292,10 +295,11 @@ def run_pipeline(cfg: DictConfig) -> dict:
         model, tokenizer = build_biencoder(BiEncoderConfig.from_dict(_model(cfg)))
         save_biencoder(model, tokenizer, untrained_dir)
 
-    stages.run("untrained_model", save_untrained, outputs=[model_marker(untrained_dir)],
-               params={"model": _model(cfg), "seed": cfg.seed})
-    systems["dense_untrained"] = dense_system(
-        "dense_untrained", str(untrained_dir), [model_marker(untrained_dir)])
+    if scale.keeps_untrained(passage_count(ds.passages)):  # scale.untrained: a baseline for small corpora
+        stages.run("untrained_model", save_untrained, outputs=[model_marker(untrained_dir)],
+                   params={"model": _model(cfg), "seed": cfg.seed})
+        systems["dense_untrained"] = dense_system(
+            "dense_untrained", str(untrained_dir), [model_marker(untrained_dir)])
 
     teacher = None
     if cfg.get("teacher"):  # issue 25: the cross-encoder teacher, its scores, the distilled training
@@ -339,7 +343,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
     # 6. one report, four systems side by side
     runs = {
         "bm25": bm25_test,
-        "dense_untrained": systems["dense_untrained"][split_eval],
+        **({"dense_untrained": systems["dense_untrained"][split_eval]} if "dense_untrained" in systems else {}),
         "dense": systems["dense"][split_eval],
         **{name: res[split_eval] for name, res in systems.items() if name.startswith("dense@")},
         "hybrid": hybrid_test,

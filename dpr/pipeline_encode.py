@@ -76,3 +76,10 @@ def encode_on_every_rank(model_path: str | Path, passages: Path, out: Path, conf
     encode.encode_corpus(model_path, passages, out, config, num_shards=num_shards)
     wait_for_shards(out, num_shards, poll_s=poll_s)
     return out
+
+
+def passage_count(passages: Path) -> int:
+    """The corpus's size, from the memory-mapped Arrow copy every encode reads (built once, then reused)."""
+    from dpr.data.passages import load_passages
+
+    return len(load_passages(Path(passages)))

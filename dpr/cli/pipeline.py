@@ -17,6 +17,7 @@ from dpr.encode_config import register_schema as register_encode_schema
 from dpr.eval.config import register_schema as register_eval_schema
 from dpr.negatives.config import moved_from_train, register_schema as register_remine_schema
 from dpr.negatives.bm25_config import register_schema as register_mining_schema
+from dpr.pipeline_scale import register_schema as register_scale_schema
 from dpr.reader.config import register_schema as register_reader_schema
 from dpr.rerank.stage_config import register_schema as register_teacher_schema
 from dpr.retrieval.config import register_schema as register_retrieve_schema
@@ -35,6 +36,7 @@ register_teacher_schema()  # teacher_cfg/schema: the TeacherStageConfig dataclas
 register_rounds_schema()  # train_rounds/default: train.rounds (PipelineTrainConfig), the pipeline's own train key
 register_remine_schema()  # remine_cfg/default: the remine section's defaults (RemineConfig)
 register_reader_schema()  # reader_cfg/default: the reader's settings (ReaderConfig), used when reader=true
+register_scale_schema()  # scale_cfg/default: the scale section (ScaleConfig): baseline, search device, large-corpus index
 
 # train.remine_* (TrainConfig's until issue 24) → remine.*: refused naming the new key
 MOVED = {old: f"use {new} (the re-mining settings left train)" for old, new in moved_from_train().items()}

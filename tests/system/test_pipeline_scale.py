@@ -54,3 +54,57 @@ def test_current_complete_encode_keeps_its_layout(tiny_model_dir, tiny_data_dir,
     monkeypatch.setenv("WORLD_SIZE", "2")
     encode_on_every_rank(tiny_model_dir, passages, out, cfg, poll_s=0.01)
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_scale_rules():
+    import pytest
+
+    from dpr.pipeline_scale import ScaleConfig
+
+    auto = ScaleConfig(untrained_max_passages=100)
+    assert auto.keeps_untrained(100) and not auto.keeps_untrained(101)
+    assert ScaleConfig(untrained=True, untrained_max_passages=1).keeps_untrained(10**9)
+    assert not ScaleConfig(untrained=False).keeps_untrained(1)
+    assert ScaleConfig().keeps_untrained(3_633)  # every dataset recorded so far keeps its baseline
+    assert ScaleConfig(index_device="gpu").search_device() == "gpu"
+    for bad in ({"untrained": "yes"}, {"untrained": 1}, {"index_device": "tpu"}, {"large_index_above": 0}):
+        with pytest.raises(ValueError, match="scale."):
+            ScaleConfig(**bad).check()
+
+
+def test_large_corpus_gets_the_compact_index_small_keeps_its_section(tmp_path):
+    import faiss
+
+    from dpr.index import build_and_save, load_index
+    from dpr.index.shards import write_shard
+    from dpr.pipeline_scale import ScaleConfig, index_params
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3000, 32)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    write_shard(tmp_path / "emb", 0, 1, x.astype(np.float16), [f"p{i}" for i in range(3000)], start=0, end=3000,
+                total=3000, model="m", model_fingerprint="sha256:m", passages_sha256="sha256:p")
+    flat = {"factory": "Flat", "metric": "ip", "device": "cpu", "add_batch_size": 65536}
+    cpu = dict(index_device="cpu")
+    assert index_params(flat, ScaleConfig(large_index_above=3000, **cpu), tmp_path / "emb") is flat  # unchanged
+    hnsw = {"factory": "HNSW32", "metric": "ip"}
+    assert index_params(hnsw, ScaleConfig(large_index_above=10, **cpu), tmp_path / "emb") is hnsw  # a choice kept
+    assert index_params(flat, ScaleConfig(large_index_above=10, index_device="gpu"), tmp_path / "emb") is flat
+    big = index_params(flat, ScaleConfig(large_index_above=2999, **cpu), tmp_path / "emb")
+    assert big["factory"] == "IVF{nlist},PQ{m}" and big["m"] == 8 and big["nprobe"] == big["nlist"] == 76
+    meta = build_and_save(tmp_path / "emb", tmp_path / "ivf.faiss", **big)
+    assert meta["factory"] == "IVF76,PQ8" and meta["bytes_per_passage"] < 0.25 * 4 * 32
+    index, _ = load_index(tmp_path / "ivf.faiss")
+    assert faiss.extract_index_ivf(index).nprobe == 76  # every list probed
+
+
+def test_pipeline_without_the_untrained_baseline(tiny_data_dir, tiny_model_dir, tmp_path):
+    from tests.system.test_pipeline import _pipeline
+
+    out = tmp_path / "run"
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "scale.untrained_max_passages=7")  # 8 passages: off
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert {"bm25", "dense", "hybrid"} <= set(report["systems"]) and "dense_untrained" not in report["systems"]
+    assert not list((out / "stages").glob("*untrained*")) and not (out / "dense_untrained").exists()
+    assert "no untrained-model baseline for 8 passages" in proc.stdout + proc.stderr
