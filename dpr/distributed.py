@@ -4,7 +4,10 @@ Everything here degrades to the single-process answer when torch.distributed is 
 so callers never branch on "am I distributed?" themselves.
 
 Launch with ``torchrun --nproc_per_node=N ...``; :func:`init_distributed` reads torchrun's
-environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
+environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Under Slurm, ``srun`` alone is a
+launcher too: :func:`dpr.slurm.adopt_slurm_env` writes torchrun's variables from the task's Slurm ones, so
+every reader of RANK / WORLD_SIZE sees the same ranks. torchrun's variables win when both are set
+(``srun torchrun ...``: one agent per node).
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
+from dpr.slurm import adopt_slurm_env
+
 log = logging.getLogger(__name__)
 
 
 def init_distributed(backend: str | None = None, timeout_s: float = 1800.0) -> bool:
-    """Join the process group torchrun describes; return True when running with more than one process.
+    """Join the process group torchrun (or an ``srun`` step, :func:`dpr.slurm.adopt_slurm_env`) describes;
+    return True when running with more than one process.
 
     ``nccl`` when CUDA is available (and the CUDA device is set to LOCAL_RANK first, so every
     rank talks to its own GPU), ``gloo`` otherwise. Without torchrun's variables (or with
@@ -29,13 +35,14 @@ def init_distributed(backend: str | None = None, timeout_s: float = 1800.0) -> b
     """
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size() > 1
+    adopt_slurm_env()
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or "RANK" not in os.environ:
         return False
     if not dist.is_available():
         raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
     use_cuda = torch.cuda.is_available()
     if use_cuda:
-        torch.cuda.set_device(local_rank())
+        torch.cuda.set_device(cuda_index())
     backend = backend or ("nccl" if use_cuda else "gloo")
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
     log.info("distributed: rank %d/%d (local %d), backend %s", rank(), world_size(), local_rank(), backend)
@@ -55,6 +62,13 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def cuda_index() -> int:
+    """The GPU this process uses: LOCAL_RANK, modulo the GPUs it sees (an ``srun --gpus-per-task=1`` task
+    sees one GPU, ``cuda:0``, whatever its LOCAL_RANK)."""
+    count = torch.cuda.device_count()
+    return local_rank() % count if count else local_rank()
+
+
 def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
@@ -72,7 +86,7 @@ def device() -> torch.device:
     scoring, teacher scores and reranking, the reader's training and evaluation.
     """
     if torch.cuda.is_available():
-        return torch.device("cuda", local_rank())
+        return torch.device("cuda", cuda_index())
     return torch.device("cpu")
 
 
@@ -99,7 +113,7 @@ def check_device(name: str | torch.device | None, key: str = "device") -> str | 
     except (RuntimeError, ValueError):
         dev = None
     if dev is not None and dev.type == "cuda" and torch.cuda.is_available():
-        index = local_rank() if dev.index is None else dev.index
+        index = cuda_index() if dev.index is None else dev.index
         if index < torch.cuda.device_count():
             return str(torch.device("cuda", index))
     if dev is not None and dev.type == "cpu":

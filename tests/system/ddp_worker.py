@@ -92,9 +92,10 @@ def grads_of(model) -> dict[str, torch.Tensor]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--model-dir")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--lora", action="store_true")
+    ap.add_argument("--gather-only", action="store_true", help="only the gather helpers (tests/system/test_slurm.py)")
     args = ap.parse_args()
 
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -107,6 +108,9 @@ def main() -> None:
     assert D.init_distributed() and D.is_distributed()
     r, w = D.rank(), D.world_size()
     out = Path(args.out_dir)
+    if args.gather_only:
+        gather_checks(out, r)
+        return
 
     model, tok = build(args.model_dir, args.lora)
     ddp = DDP(model)
@@ -128,6 +132,12 @@ def main() -> None:
             save_file(grads_of(model), str(out / f"rank{r}_{loss_name}_{name}.safetensors"))
             figures = dict(loss=res.loss.item(), accuracy=float(res.accuracy), avg_rank=float(res.avg_rank), n=res.num_candidates)
             (out / f"rank{r}_{loss_name}_{name}.json").write_text(json.dumps(figures))
+    gather_checks(out, r)
+
+
+def gather_checks(out: Path, r: int) -> None:
+    """The gather helpers with unequal per-rank sizes, and the variables the launcher gave this rank."""
+    from dpr import distributed as D
 
     # Unequal sizes: rank r contributes r + 1 rows of value r; every rank's loss is sum(weights * gathered).
     local = torch.full((r + 1, 3), float(r), requires_grad=True)
@@ -140,6 +150,7 @@ def main() -> None:
         objects=D.all_gather_object({"rank": r}),
         mean=D.reduce_mean(float(r)),
         env_world=int(os.environ["WORLD_SIZE"]),
+        env={k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")},
     )
     (out / f"rank{r}_gather.json").write_text(json.dumps(gather))
     D.barrier()
