@@ -295,6 +295,44 @@ def atomic_path(path: str | Path, owned: Callable[[Path], bool] | None = None) -
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:  # a file system without hard links
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def carry_over(old: str | Path, new: str | Path, ours: Iterable[str]) -> list[str]:
+    """Give ``new`` (a directory about to replace ``old``) every entry of ``old`` not named in ``ours`` (the
+    entries the writer made there before): the user's own files, which a rebuild must not delete. Hard links
+    (copies where the file system has none), so ``old`` keeps them until the swap and a kill before it loses
+    nothing. An entry of the user's that the new directory also has is refused (:class:`OutputConflictError`,
+    nothing changed). Returns the names carried."""
+    old, new = Path(old), Path(new)
+    if not _is_real_dir(old):
+        return []
+    ours = set(ours)
+    carried = []
+    for entry in sorted(os.listdir(old)):
+        if entry in ours or _ANY_TEMP.match(entry):
+            continue
+        src, dst = old / entry, new / entry
+        if os.path.lexists(dst):
+            raise OutputConflictError(src, "is not an output recorded by the earlier build, and the new build "
+                                      "writes one of that name")
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), dst)
+        elif src.is_dir():
+            shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(str(src), str(dst))
+        carried.append(entry)
+    if carried:
+        log.info("%s: kept %d file(s) of yours the rebuild does not write: %s", old, len(carried),
+                 ", ".join(carried[:5]) + (" ..." if len(carried) > 5 else ""))
+    return carried
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dpr.atomic import atomic_path, check_replaceable, sha256_file, write_json_atomic
+from dpr.atomic import atomic_path, carry_over, check_replaceable, sha256_file, write_json_atomic
 from dpr.data.dataset import DatasetPaths
 from dpr.data.prepare import (beir, dpr_nq, dpr_squad1, dpr_trivia, import_, nfcorpus, nq_open_dev, sciq_open,
                                squad1_open)
@@ -114,6 +114,16 @@ def _output_entry(f: Path) -> dict:
     return {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
 
 
+def _recorded_outputs(root: Path) -> set[str]:
+    """The entries an earlier build wrote in ``root`` (its ``meta.json`` and recorded outputs), which a rebuild
+    replaces; every other entry there is the user's."""
+    try:
+        outputs = DatasetPaths(root).read_meta().get("outputs") or {}
+    except (DataError, OSError, AttributeError):
+        return set()
+    return {"meta.json", *(Path(rel).parts[0] for rel in outputs)}
+
+
 def prepare_dataset(
     data_cfg: Any,
     data_dir: str | Path,
@@ -170,6 +180,7 @@ def prepare_dataset(
         outputs = {str(f.relative_to(tmp)): _output_entry(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
         meta = {**fingerprint, **{k: v for k, v in result.items() if k not in fingerprint}, "outputs": outputs}
         write_json_atomic(tmp / "meta.json", meta)
+        carry_over(root, tmp, _recorded_outputs(root))  # the user's own files there (a passages.tsv) stay
     log.info("%s: done: %s", name, meta.get("counts"))
     return root
 
