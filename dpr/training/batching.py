@@ -16,13 +16,16 @@ What a batch is (the choices, in one place):
   the world size. ``topic_batches`` groups the permutation by the positive passage's title first
   (TAS-B's topic-aware sampling: in-batch negatives from the question's own article).
 - Positive: the first positive (DPR's default); ``shuffle_positives`` draws one per (seed, epoch, example).
-- Hard negatives: ``hard_negative_ctxs`` (BM25-mined) first, then ``negative_ctxs``; like DPR the list
+- Hard negatives: ``hard_negative_ctxs`` (BM25-mined) first, then ``negative_ctxs`` unless
+  ``other_negatives`` is false (DPR's NQ recipe draws from the BM25 ones alone); like DPR the list
   is shuffled per (seed, epoch, example) (``shuffle_hard_negatives``) and the first H are taken.
   A question with fewer than H is topped up with passages drawn (seeded) from all training
   passages (other questions' positives and negatives) that are not one of its own positives, so
   every question has exactly ``1 + H`` passages — the loss relies on that layout (passage
   ``i·(1+H)`` is question ``i``'s positive). ``H = 0`` trains on in-batch negatives only.
 - Examples with no positive passage (DPR's dev files have some) are skipped, with a count in the log.
+- The examples may be a list of dicts or an :class:`~dpr.training.example_file.ExampleFile` (each record parsed
+  when a batch needs it: a rank never holds the whole file); the batches are the same either way.
 """
 
 from __future__ import annotations
@@ -103,6 +106,18 @@ def _positive_ids(example: dict) -> frozenset[str]:
     return frozenset(c["passage_id"] for c in example["positive_ctxs"])
 
 
+def positive_id_sets(examples: Sequence[dict]) -> Sequence[frozenset[str]]:
+    """Each example's positive ids (an ExampleFile keeps them from its scan: nothing is parsed)."""
+    kept = getattr(examples, "positive_ids", None)
+    return kept if kept is not None else [_positive_ids(ex) for ex in examples]
+
+
+def example_topics(examples: Sequence[dict]) -> list[str]:
+    """Each example's :func:`positive_topic` (kept by an ExampleFile's scan)."""
+    kept = getattr(examples, "topics", None)
+    return list(kept) if kept is not None else [positive_topic(ex) for ex in examples]
+
+
 def global_batches(
     examples: Sequence[dict],
     global_batch_size: int,
@@ -125,9 +140,10 @@ def global_batches(
     if global_batch_size <= 0:
         raise ValueError(f"batch size must be positive, got {global_batch_size}")
     order = epoch_permutation(len(examples), seed, epoch, shuffle).tolist()
+    positives = positive_id_sets(examples) if dedup_positives else ()
     if topics is None:
-        return _fill_batches(examples, order, global_batch_size, dedup_positives)
-    batches = _fill_batches(examples, _group_by_topic(order, topics, seed, epoch, shuffle), global_batch_size,
+        return _fill_batches(positives, order, global_batch_size, dedup_positives)
+    batches = _fill_batches(positives, _group_by_topic(order, topics, seed, epoch, shuffle), global_batch_size,
                             dedup_positives)
     if not shuffle:
         return batches
@@ -149,7 +165,7 @@ def _group_by_topic(order: list[int], topics: Sequence[str], seed: int, epoch: i
     return sorted(order, key=lambda i: rank[topics[i]])
 
 
-def _fill_batches(examples: Sequence[dict], order: list[int], global_batch_size: int,
+def _fill_batches(positives: Sequence[frozenset[str]], order: list[int], global_batch_size: int,
                   dedup_positives: bool) -> list[list[int]]:
     """Full batches in ``order``, deferring (``dedup_positives``) an example whose positive is in the batch."""
     if not dedup_positives:
@@ -161,7 +177,7 @@ def _fill_batches(examples: Sequence[dict], order: list[int], global_batch_size:
     while True:
         batch, seen, still_waiting = [], set(), []
         for idx in waiting:  # deferred examples first
-            ids = _positive_ids(examples[idx])
+            ids = positives[idx]
             if len(batch) < global_batch_size and not (ids & seen):
                 batch.append(idx)
                 seen |= ids
@@ -171,7 +187,7 @@ def _fill_batches(examples: Sequence[dict], order: list[int], global_batch_size:
         while len(batch) < global_batch_size and pos < len(order):
             idx = order[pos]
             pos += 1
-            ids = _positive_ids(examples[idx])
+            ids = positives[idx]
             if ids & seen:
                 waiting.append(idx)
             else:
@@ -189,10 +205,30 @@ def rank_slice(batch: Sequence[int], rank: int, world_size: int) -> list[int]:
     return list(batch[rank * per:(rank + 1) * per])
 
 
+class _FileCtxs(Sequence[dict]):
+    """The pool's ctx dicts read from an ExampleFile when drawn (by the position of their first mention)."""
+
+    def __init__(self, examples: Any, where: np.ndarray) -> None:
+        self.examples, self.where = examples, where
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def __getitem__(self, j):  # type: ignore[override]
+        from dpr.training.example_file import POOL_KEYS
+
+        ex, key, pos = (int(v) for v in self.where[j])
+        return self.examples[ex][POOL_KEYS[key]][pos]
+
+
 class NegativePool:
     """All training passages by id, to top up questions that have fewer than H hard negatives."""
 
     def __init__(self, examples: Sequence[dict]) -> None:
+        if hasattr(examples, "pool_locations"):  # an ExampleFile: ids only, each text read when drawn
+            self.ids, where = examples.pool_locations()
+            self.ctxs: Sequence[dict] = _FileCtxs(examples, where)
+            return
         seen: dict[str, dict] = {}
         for ex in examples:
             for key in ("positive_ctxs", "hard_negative_ctxs", "negative_ctxs"):
@@ -212,34 +248,36 @@ class NegativePool:
         for j in rng.choice(len(self.ctxs), size=k, replace=False).tolist():
             pid = self.ids[j]
             if pid not in taken:
-                out.append(self.ctxs[j])
+                out.append(self.ctxs[j])  # read only when taken (an ExampleFile parses its record)
                 taken.add(pid)
                 if len(out) == n:
                     break
         return out
 
 
-def mined_negatives(example: dict) -> list[dict]:
-    """``hard_negative_ctxs`` then ``negative_ctxs``, in file order, without the question's own positives and
-    without repeats (a passage can be both BM25-mined and in negative_ctxs): what `make_item` draws from."""
+def mined_negatives(example: dict, other_negatives: bool = True) -> list[dict]:
+    """``hard_negative_ctxs`` then (``other_negatives``) ``negative_ctxs``, in file order, without the question's
+    own positives and without repeats (a passage can be both BM25-mined and in negative_ctxs): what `make_item` draws
+    from."""
     own = {c["passage_id"] for c in example["positive_ctxs"]}
     uniq, ids = [], set(own)
-    for c in example["hard_negative_ctxs"] + example["negative_ctxs"]:
+    for c in example["hard_negative_ctxs"] + (example["negative_ctxs"] if other_negatives else []):
         if c["passage_id"] not in ids:
             uniq.append(c)
             ids.add(c["passage_id"])
     return uniq
 
 
-def warn_topped_up(examples: Sequence[dict], negatives: int) -> int:
+def warn_topped_up(examples: Sequence[dict], negatives: int, other_negatives: bool = True) -> int:
     """Log (one warning) how many questions have fewer than ``negatives`` mined negatives of their own, whose
     draws `make_item` tops up at random from the pool: a training file that was never mined (``dpr-data``
     without ``dpr-bm25 mine=true``) trains on random negatives, which should not pass unsaid. Returns the count."""
     if negatives <= 0:
         return 0
     short = none = 0
-    for ex in examples:
-        n = len(mined_negatives(ex))
+    counts = examples.mined_counts() if hasattr(examples, "mined_counts") else (
+        len(mined_negatives(ex, other_negatives)) for ex in examples)
+    for n in counts:
         short += n < negatives
         none += n == 0
     if short:
@@ -258,13 +296,14 @@ def make_item(
     pool: NegativePool | None = None,
     shuffle_positives: bool = False,
     shuffle_hard_negatives: bool = True,
+    other_negatives: bool = True,
 ) -> TrainItem:
     """The question with its positive and exactly ``hard_negatives`` negatives for this epoch."""
     rng = _rng(seed, epoch, idx)
     positives = example["positive_ctxs"]
     positive = positives[int(rng.integers(len(positives)))] if shuffle_positives and len(positives) > 1 else positives[0]
     own = {c["passage_id"] for c in positives}
-    uniq = mined_negatives(example)
+    uniq = mined_negatives(example, other_negatives)
     if shuffle_hard_negatives and len(uniq) > 1:
         uniq = [uniq[j] for j in rng.permutation(len(uniq)).tolist()]
     negatives = uniq[:hard_negatives]
@@ -319,10 +358,11 @@ class TrainBatches:
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.shuffle, self.shuffle_positives = tc.shuffle, tc.shuffle_positives
         self.shuffle_hard_negatives, self.dedup_positives = tc.shuffle_hard_negatives, tc.dedup_positives
-        self.topics = [positive_topic(ex) for ex in examples] if tc.topic_batches else None
+        self.other_negatives = getattr(tc, "other_negatives", None) is not False  # null: negative_ctxs join the draw, as always
+        self.topics = example_topics(examples) if tc.topic_batches else None
         self.pool = NegativePool(examples) if self.hard_negatives > 0 else None
         if rank == 0:
-            warn_topped_up(examples, self.hard_negatives)
+            warn_topped_up(examples, self.hard_negatives, self.other_negatives)
         self._cache: dict[int, list[list[int]]] = {}
         self._local = threading.local()
 
@@ -341,7 +381,7 @@ class TrainBatches:
         """Every rank's items of this global batch (cheap: each rank derives them all, to build masks)."""
         return [
             make_item(self.examples[i], i, epoch, self.seed, self.hard_negatives, self.pool,
-                      self.shuffle_positives, self.shuffle_hard_negatives)
+                      self.shuffle_positives, self.shuffle_hard_negatives, self.other_negatives)
             for i in self.global_batches(epoch)[batch_in_epoch]
         ]
 

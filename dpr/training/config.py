@@ -34,6 +34,9 @@ class TrainConfig:
     shuffle: bool = True
     shuffle_positives: bool = False      # False: each question's first positive (DPR); True: one drawn per epoch
     shuffle_hard_negatives: bool = True  # DPR shuffles the negatives per epoch, then takes the first H
+    other_negatives: bool | None = None  # a question's negative_ctxs join its hard-negative draw after its
+                                         # hard_negative_ctxs (null: yes, as always; false: hard_negative_ctxs only,
+                                         # DPR's NQ recipe, other_negatives: 0)
     dedup_positives: bool = True         # no two questions with the same positive passage in a batch
     topic_batches: bool = False          # a batch's questions share their positive's title (TAS-B topic-aware
                                          # sampling): the in-batch negatives are passages of the same article
@@ -46,6 +49,10 @@ class TrainConfig:
     corpus_refresh_every: int = 0        # re-encode the cached corpus every N steps (0: at start and at validations)
     corpus_max_passages: int = 200_000   # whole corpus as candidates up to this size, else FAISS top-k
     corpus_topk: int = 200
+    corpus_sample: int | None = None     # > 0: the frozen-index phase and corpus negatives use a seeded sample of
+                                         # this many passages (always with every passage the training questions
+                                         # name), not the whole corpus: their memory and time no longer grow with
+                                         # it (null: the whole corpus)
     # --- partial fine-tuning (dpr/models/freeze.py)
     passage_frozen_layers: int = 0       # the passage tower's embeddings + first N layers get no gradient
                                          # (separate towers): its backward stops at layer N, a cheaper step
@@ -191,6 +198,7 @@ TRAIN_RANGES: dict[str, Range] = {
     "corpus_refresh_every": Int(0, note="0: at start and at validations"),
     "corpus_max_passages": Int(0, note="0: always FAISS top-k candidates"),
     "corpus_topk": Int(1),
+    "corpus_sample": Int(1, optional=True, note="null: the whole corpus"),
     "passage_frozen_layers": Int(0, note="0: none frozen"),
     # reals beyond these bounds are no learning rate: AdamW diverges at once, or torch cannot even apply them
     # in fp32 ("value cannot be converted to type float without overflow" at lr 1e300)
@@ -234,7 +242,7 @@ NOT_FINGERPRINTED = frozenset({"background_loader", "token_cache"})
 # Keys recorded in the run's and the pipeline stages' fingerprints only when set: runs, checkpoints and stages made
 # before a key existed stay the same run while it is null.
 RECORDED_WHEN_SET = frozenset({"attention_dropout", "matryoshka_dims", "matryoshka_weights", "matryoshka_distill",
-                               "projection_init"})
+                               "projection_init", "other_negatives", "corpus_sample"})
 
 
 def without_unset(train: Mapping[str, Any], device: "torch.device | str | None" = None) -> dict[str, Any]:

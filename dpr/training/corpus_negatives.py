@@ -21,6 +21,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import torch
 
+from dpr.eval.has_answer import has_answer
 from dpr.losses import PairMasks
 from dpr.training.masks import CorpusAnswers, pair_masks
 
@@ -41,8 +42,13 @@ class CorpusNegatives:
 
     def __init__(self, ids: Sequence[str], texts: Sequence[str], titles: Sequence[str], *,
                  max_corpus: int = 200_000, topk: int = 200, multi_positive: bool = False,
-                 mask_answers: bool = True, teacher=None) -> None:
+                 mask_answers: bool = True, teacher=None, positions: Sequence[int] | None = None,
+                 checkpointed: bool = True) -> None:
         self.ids, self.texts, self.titles = list(ids), list(texts), list(titles)
+        # rows of these passages in the passages file (a sample of it, train.corpus_sample); None: all of it, in order
+        self.positions = None if positions is None else np.asarray(positions, dtype=np.int64)
+        # whether checkpoints keep the vectors (a sample's are re-encoded on resume: checkpoints never hold a corpus)
+        self.checkpointed = checkpointed
         self.row = {pid: j for j, pid in enumerate(self.ids)}
         self.max_corpus, self.topk = int(max_corpus), int(topk)
         self.multi_positive, self.mask_answers = multi_positive, mask_answers
@@ -59,6 +65,15 @@ class CorpusNegatives:
     @property
     def whole_corpus(self) -> bool:
         return len(self.ids) <= self.max_corpus
+
+    def of_file(self, vectors: torch.Tensor) -> torch.Tensor:
+        """These passages' rows of ``vectors`` of the whole passages file in file order (e.g. the start vectors)."""
+        if self.positions is None:
+            return vectors
+        if vectors.shape[0] <= int(self.positions.max(initial=-1)):
+            raise ValueError(f"{vectors.shape[0]} vectors for a passages file with at least "
+                             f"{int(self.positions.max()) + 1} passages")
+        return vectors[torch.from_numpy(self.positions)]
 
     def set_vectors(self, vectors: torch.Tensor, step: int) -> None:
         if vectors.shape[0] != len(self.ids):
@@ -116,8 +131,11 @@ class CorpusNegatives:
         col = {r: c for c, r in enumerate(row_list)}
         ids = [self.ids[r] for r in row_list]
         answer_cols = None
-        if self.mask_answers:
+        if self.mask_answers and self.whole_corpus:  # one substring search over the whole (small) corpus
             answer_cols = [[col[r] for r in self.answer_rows(qu.get("answers") or []) if r in col] for qu in questions]
+        elif self.mask_answers:  # top-k candidates: only they are checked (the same rule, has_answer's string mode)
+            answer_cols = [[c for c, r in enumerate(row_list) if has_answer(qu["answers"], self.texts[r])]
+                           if qu.get("answers") else [] for qu in questions]
         targets = []
         for qu in questions:
             tid = qu["target_id"]

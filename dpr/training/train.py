@@ -32,6 +32,7 @@ from dpr.training.config import TrainConfig
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.corpus_reuse import CorpusVectors, OnSaved, check_start_vectors
 from dpr.training.batching import TrainBatches, load_examples
+from dpr.training.example_file import ExampleFile
 from dpr.training.steps import make_step
 from dpr.training.train_tokens import train_tokens, validation_tokens
 from dpr.training.trainer import Trainer, TrainState
@@ -94,7 +95,8 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     train_file = Path(conf.get("train_file") or paths.train)  # re-mining rounds train on their own file
     if not train_file.is_file():
         raise FileNotFoundError(f"{train_file}: no training data (prepare it with dpr-data data={conf['data']['name']})")
-    train_examples = load_examples(train_file)
+    # streamed: byte offsets and a few ids per question; each record parsed when a batch needs it
+    train_examples = ExampleFile(train_file, other_negatives=tc.other_negatives is not False)
     dev_examples = load_examples(paths.dev) if tc.validate and paths.dev.is_file() else []
     if tc.validate and not dev_examples:
         log.warning("%s: no dev examples: no validation, the final weights are the last step's", paths.dev)
@@ -149,15 +151,11 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     scheduler = phased_schedule(optimizer, [tc.frozen_steps, total - tc.frozen_steps], tc.warmup_steps, tc.warmup_ratio)
 
     needs_corpus = tc.frozen_steps > 0 or tc.corpus_negatives
-    corpus_texts = None
-    if (dev_examples and tc.val_corpus_topk) or needs_corpus:
-        limit = 0 if needs_corpus else tc.val_corpus_max_passages
-        corpus_texts = load_corpus(paths.passages, limit) if paths.passages.is_file() else None
-        if needs_corpus and corpus_texts is None:
-            raise FileNotFoundError(f"{paths.passages}: corpus negatives / frozen-index steps need the passages file")
-    corpus = CorpusNegatives(*corpus_texts, max_corpus=tc.corpus_max_passages, topk=tc.corpus_topk,
-                             multi_positive=resolved["multi_positive"], mask_answers=tc.mask_answers and kind == "qa",
-                             teacher=teacher) if needs_corpus else None
+    corpus_texts, cached = _corpus(paths, tc, needs_corpus, bool(dev_examples), train_examples, seed)
+    corpus = CorpusNegatives(*cached[:3], positions=cached[3], max_corpus=tc.corpus_max_passages,
+                             topk=tc.corpus_topk, multi_positive=resolved["multi_positive"],
+                             mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
+                             checkpointed=tc.corpus_sample is None) if cached is not None else None
     val_autocast = "off" if precision == "fp32" else precision
     validator = None
     if dev_examples:
@@ -230,6 +228,34 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     trainer.logger.close()
     dist.barrier()
     return summary
+
+
+def _corpus(paths: DatasetPaths, tc: TrainConfig, needs_corpus: bool, validates: bool, train_examples: Any,
+            seed: int) -> tuple[tuple[list[str], list[str], list[str]] | None, tuple | None]:
+    """``(validation corpus, cached corpus)``: the passages validation ranks (None: no corpus top-k) and the ones the
+    frozen-index steps and corpus negatives score against, as ``(ids, texts, titles, rows in the file or None)``
+    (None: neither is on). Without ``train.corpus_sample``
+    both are the whole corpus, read once; with it the cached corpus is the sample (dpr/training/corpus_sample.py)
+    and validation reads the corpus under its own limit (``val_corpus_max_passages``)."""
+    have = paths.passages.is_file()
+    if needs_corpus and not have:
+        raise FileNotFoundError(f"{paths.passages}: corpus negatives / frozen-index steps need the passages file")
+    sampled = needs_corpus and tc.corpus_sample is not None
+    corpus_texts = None
+    if have and ((validates and tc.val_corpus_topk) or (needs_corpus and not sampled)):
+        limit = 0 if needs_corpus and not sampled else tc.val_corpus_max_passages
+        corpus_texts = load_corpus(paths.passages, limit)
+    if not needs_corpus:
+        return corpus_texts, None
+    if not sampled:
+        return corpus_texts, (*corpus_texts, None)
+    from dpr.training.corpus_sample import sample_corpus
+
+    named = (train_examples.pool_locations()[0] if hasattr(train_examples, "pool_locations") else
+             {c["passage_id"] for ex in train_examples for key in ("positive_ctxs", "hard_negative_ctxs",
+                                                                   "negative_ctxs") for c in ex[key]})
+    sample = sample_corpus(paths.passages, tc.corpus_sample, seed, frozenset(named))
+    return corpus_texts, (sample.ids, sample.texts, sample.titles, sample.positions)
 
 
 def _finish(out, model, tokenizer, state: TrainState, tc: TrainConfig, conf: dict, main: bool, precision: str,

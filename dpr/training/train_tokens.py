@@ -39,10 +39,12 @@ def train_tokens(examples: Sequence[dict], tokenizer: Any, data_file: str | Path
     start = time.perf_counter()
     questions, reused_q = cached_table(data_file, "questions", tokenizer, [ex["question"] for ex in examples], None,
                                        max_length=question_max_length, prefix=question_prefix, write=write)
-    ctxs = [c for ex in examples for key in CTX_KEYS for c in ex.get(key) or ()]
-    passages, reused_p = cached_table(data_file, "passages", tokenizer, [c["text"] for c in ctxs],
-                                      [c.get("title") or "" for c in ctxs], max_length=passage_max_length,
-                                      prefix=passage_prefix, write=write)
+
+    def pairs():  # streamed, one example at a time (an ExampleFile never holds the whole file)
+        return ((c["text"], c.get("title") or "") for ex in examples for key in CTX_KEYS for c in ex.get(key) or ())
+
+    passages, reused_p = cached_table(data_file, "passages", tokenizer, None, None, pairs=pairs, has_titles=True,
+                                      max_length=passage_max_length, prefix=passage_prefix, write=write)
     log.info("token ids of %s: %d questions, %d passages (%s) in %.1f s", data_file, len(questions), len(passages),
              "cached" if reused_q and reused_p else "tokenised", time.perf_counter() - start)
     return TrainTokens(questions, passages)

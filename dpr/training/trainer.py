@@ -243,7 +243,7 @@ class Trainer:
     def _ensure_corpus(self) -> None:
         if self._needs_corpus(self.state.step) and self.corpus.vectors is None:
             if self.state.step == 0 and self.start_vectors is not None:
-                self.corpus.set_vectors(self.start_vectors, 0)
+                self.corpus.set_vectors(self.corpus.of_file(self.start_vectors), 0)  # a sample: its rows
             else:
                 self.refresh_corpus()
 
@@ -258,8 +258,13 @@ class Trainer:
         towers) ran since they were encoded, and the validator would encode the same corpus."""
         c, st = self.corpus, self.state
         return (c is not None and c.vectors is not None and not self.model.config.shared
-                and st.step <= self.tc.frozen_steps and self.validator.corpus is not None
-                and list(self.validator.corpus[0]) == c.ids)
+                and st.step <= self.tc.frozen_steps and self._same_corpus())
+
+    def _same_corpus(self) -> bool:
+        """Validation ranks the cached corpus's passages (not so with train.corpus_sample)."""
+        v = self.validator.corpus if self.validator else None
+        return (v is not None and self.corpus is not None and len(v[0]) == len(self.corpus.ids)
+                and list(v[0]) == self.corpus.ids)
 
     def validate(self) -> None:
         self.flush_checks()
@@ -268,7 +273,7 @@ class Trainer:
         if known is None and st.step == 0 and self.start_vectors is not None and self.validator.corpus is not None:
             known = self.start_vectors
         metrics, corpus_vectors = self.validator(self.model, passage_vectors=known)
-        if self.corpus is not None and corpus_vectors is not None:
+        if corpus_vectors is not None and self._same_corpus():
             self.corpus.set_vectors(corpus_vectors, st.step)  # the current weights' corpus: reuse it
         metrics["epoch"] = st.epoch
         st.last_validation = metrics
@@ -292,7 +297,7 @@ class Trainer:
         rngs = dist.all_gather_object(rng_state())
         if self.main:
             extra = {}
-            if self.corpus is not None and self.corpus.vectors is not None:
+            if self.corpus is not None and self.corpus.vectors is not None and self.corpus.checkpointed:
                 extra = {"corpus_vectors": self.corpus.vectors,
                          "corpus_version": torch.tensor([self.corpus.version])}
             ckpt.save_checkpoint(self.out, self.state.step, self.model, self.optimizer, self.scheduler, self.scaler,

@@ -176,7 +176,7 @@ def test_hydra_key_and_the_pipeline_stage_params():
     assert without_unset(default, "cpu") == {**{k: v for k, v in default.items() if k not in (
         "attention_dropout", "background_loader", "token_cache", "matryoshka_dims", "matryoshka_weights",
         "matryoshka_distill",
-        "projection_init")},
+        "projection_init", "other_negatives", "corpus_sample")},
         "length_bucket_size": 8}
     assert zero["attention_dropout"] == 0.0 and without_unset(zero)["attention_dropout"] == 0.0
     assert TrainConfig.from_dict(split_rounds(zero)[1]).attention_dropout == 0.0  # train.rounds: the pipeline's
