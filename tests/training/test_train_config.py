@@ -121,7 +121,7 @@ VALUES = st.one_of(st.sampled_from(EDGES), st.integers(-10**6, 10**6), st.floats
                    st.lists(st.one_of(st.integers(-3, 30), st.floats()), max_size=3))
 # What the docs promise of an accepted value (an independent statement of the ranges, not the table itself)
 AT_LEAST_ONE = {"batch_size", "grad_accumulation_steps", "log_every", "print_every", "val_batch_size",
-                "corpus_topk", "projection_dim", "question_max_length", "passage_max_length"}
+                "corpus_topk", "corpus_sample", "projection_dim", "question_max_length", "passage_max_length"}
 FRACTIONS = {"warmup_ratio"}
 ANY_SIGN = {"max_grad_norm"}  # <= 0: no clipping
 
@@ -141,7 +141,8 @@ def _check_refusal(err: Exception, label: str, key: str, value) -> None:
 def _check_legal(key: str, value, annotation: str) -> None:
     items = value if isinstance(value, list) else [value]
     if value is None:
-        assert key in ("projection_dim", "attention_dropout")  # null: no projection / the model's own dropout
+        # null: no projection / the model's own dropout / the whole corpus
+        assert key in ("projection_dim", "attention_dropout", "corpus_sample")
         return
     assert items, key
     for v in items:
