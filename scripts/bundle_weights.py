@@ -24,6 +24,7 @@ import hashlib
 import io
 import json
 import lzma
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -55,11 +56,20 @@ def pack_weights(tensors: dict, xz_path: Path) -> int:
 
 
 def unpack_weights(xz_path: Path) -> bytes:
-    """The safetensors bytes of ``pack_weights``' file with its float16 tensors cast back to float32."""
+    """The safetensors bytes of ``pack_weights``' file with its float16 tensors cast back to float32. A file that is
+    not a whole xz stream of safetensors is a one-line ValueError naming it."""
     import torch
+    from safetensors import SafetensorError
     from safetensors.torch import load, save
 
-    tensors = load(lzma.decompress(xz_path.read_bytes()))
+    try:
+        raw = lzma.decompress(xz_path.read_bytes())
+    except lzma.LZMAError as err:
+        raise ValueError(f"{xz_path}: not a whole xz file ({err}): pack the bundle again") from None
+    try:
+        tensors = load(raw)
+    except (SafetensorError, ValueError) as err:
+        raise ValueError(f"{xz_path}: its xz content is not safetensors ({err})") from None
     return save({k: (v.to(torch.float32) if v.dtype == torch.float16 else v) for k, v in tensors.items()},
                 metadata={"format": "pt"})
 
@@ -121,24 +131,54 @@ def _record_line(rel: str, data: bytes) -> list[str]:
     return [rel, f"sha256={digest}", str(len(data))]
 
 
+# manifest field -> the JSON type it must have (strict: "no" is not a bool, 1 is not a list)
+FIELDS = {"dist": (str, "a non-empty string"), "version": (str, "a non-empty string"), "files": (list, "a list"),
+          "weights": (str, "a non-empty string"), "random_weights": (bool, "true or false")}
+
+
 def read_manifest(bundle: Path) -> dict:
-    """``<bundle>/manifest.json`` as ``pack`` wrote it; anything else is a one-line ValueError naming the file. The
-    standard library only (no dpr.data helpers): restore runs before the bundle's wheels are installed."""
+    """``<bundle>/manifest.json`` as ``pack`` wrote it; anything else is a one-line ValueError naming the file and the
+    field. The standard library only (no dpr.data helpers): restore runs before the bundle's wheels are installed."""
     path = bundle / "manifest.json"
+    manifest = _read_json(path, "a bundle is what `bundle_weights.py pack` writes")
+    for name, (kind, what) in FIELDS.items():
+        if name not in manifest:
+            raise ValueError(f"{path}: field '{name}': missing")
+        value = manifest[name]
+        if not isinstance(value, kind) or (kind is str and not value.strip()):
+            raise ValueError(f"{path}: field '{name}': {json.dumps(value)} is not {what}")
+    for i, rel in enumerate([*manifest["files"], manifest["weights"]]):
+        field = f"files[{i}]" if i < len(manifest["files"]) else "weights"
+        if not isinstance(rel, str) or not rel or rel.startswith("/") or ".." in Path(rel).parts:
+            raise ValueError(f"{path}: field '{field}': {rel!r} is not a relative path inside the package")
+    if not any(rel.split("/")[0].endswith(".dist-info") for rel in manifest["files"]):
+        raise ValueError(f"{path}: field 'files': no <name>.dist-info/ entry (the package's metadata)")
+    return manifest
+
+
+def _read_json(path: Path, what: str) -> dict:
+    """A JSON object from ``path``, or a one-line ValueError naming it."""
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"{path}: no such file (a bundle is what `bundle_weights.py pack` writes)") from None
+        raise ValueError(f"{path}: no such file ({what})") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: is a directory, not a file ({what})") from None
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 ({err.reason})") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}:{err.lineno}: broken JSON: {err.msg} (column {err.colno})") from None
-    if not isinstance(manifest, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
-    for field in ("dist", "version", "files", "weights", "random_weights"):
-        if field not in manifest:
-            raise ValueError(f"{path}: field '{field}': missing")
-    return manifest
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _random_seed(bundle: Path) -> int:
+    path = bundle / RANDOM
+    seed = _read_json(path, "a --random-weights bundle holds it").get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"{path}: field 'seed': {seed!r} is not a whole number >= 0")
+    return seed
 
 
 def restore(bundle: Path, wheel_dir: Path) -> Path:
@@ -147,8 +187,11 @@ def restore(bundle: Path, wheel_dir: Path) -> Path:
     contents: dict[str, bytes] = {rel: (bundle / "files" / rel).read_bytes() for rel in manifest["files"]}
     weights_rel = manifest["weights"]
     if manifest["random_weights"]:
-        seed = json.loads((bundle / RANDOM).read_text())["seed"]
-        contents[weights_rel] = random_weights_bytes(bundle / "files" / Path(weights_rel).parent / "config.json", seed)
+        config = bundle / "files" / Path(weights_rel).parent / "config.json"
+        seed = _random_seed(bundle)
+        if not config.is_file():
+            raise ValueError(f"{config}: no such file (random weights take MiniLM's shape from it)")
+        contents[weights_rel] = random_weights_bytes(config, seed)
     else:
         contents[weights_rel] = unpack_weights(bundle / PACKED)
     dist_info = next(rel.split("/")[0] for rel in contents if rel.split("/")[0].endswith(".dist-info"))
@@ -160,13 +203,16 @@ def restore(bundle: Path, wheel_dir: Path) -> Path:
     name = manifest["dist"].replace("-", "_")
     wheel_dir.mkdir(parents=True, exist_ok=True)
     path = wheel_dir / f"{name}-{manifest['version']}-py3-none-any.whl"
-    tmp = path.with_suffix(".whl.tmp")
+    tmp = path.with_suffix(f".whl.{os.getpid()}.tmp")
     # deflate level 1, not zlib's default 6: the wheel is installed on the spot, not shipped, and the fp32 weights
     # (86 MiB) deflate in 2.4 s to 54 MiB at 1 against 17.1 s to 51 MiB at 6 (2-core AVX-512 Xeon)
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
-        for rel, data in contents.items():
-            z.writestr(rel, data)
-    tmp.replace(path)
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+            for rel, data in contents.items():
+                z.writestr(rel, data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
