@@ -114,6 +114,10 @@ def _output_entry(f: Path) -> dict:
     return {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
 
 
+# What the commands derive from a dataset inside its directory: dropped with the data it was derived from.
+DERIVED = frozenset({"bm25_index"})
+
+
 def _recorded_outputs(root: Path) -> set[str]:
     """The entries an earlier build wrote in ``root`` (its ``meta.json`` and recorded outputs), which a rebuild
     replaces; every other entry there is the user's."""
@@ -121,7 +125,7 @@ def _recorded_outputs(root: Path) -> set[str]:
         outputs = DatasetPaths(root).read_meta().get("outputs") or {}
     except (DataError, OSError, AttributeError):
         return set()
-    return {"meta.json", *(Path(rel).parts[0] for rel in outputs)}
+    return {"meta.json", *DERIVED, *(Path(rel).parts[0] for rel in outputs)}
 
 
 def prepare_dataset(
