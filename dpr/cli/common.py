@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dpr.atomic import check_replaceable
 from dpr.output_kinds import foreign
+from dpr.slurm import adopt_slurm_env
 from dpr.errors import DataError
 
 from dpr.resources import CONF_DIR  # noqa: E402  conf/ of the source tree, or the copy a wheel ships
@@ -322,6 +323,7 @@ def quiet_interrupt(command: str) -> Callable:
         def inner() -> None:
             os.environ["HYDRA_FULL_ERROR"] = "1"
             try:
+                adopt_slurm_env()  # an srun task is a rank before anything reads RANK (dpr/slurm.py)
                 main()
             except KeyboardInterrupt:
                 print(f"{command}: interrupted", file=sys.stderr)

@@ -179,3 +179,28 @@ def test_two_srun_tasks_without_torchrun_gather(tmp_path):
         assert res["objects"] == [{"rank": 0}, {"rank": 1}] and res["mean"] == 0.5 and res["env_world"] == 2
         assert res["env"] == {"RANK": str(r), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2",
                               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port(str(job), "0"))}
+
+
+def test_every_command_sees_the_rank_before_it_runs(monkeypatch):
+    """The commands' entry wrapper adopts the task's Slurm variables before the command reads RANK (dpr-train
+    decides there whether this process writes the run directory; dpr-encode which shards it encodes)."""
+    from dpr.cli.common import quiet_interrupt
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    for key, value in SRUN_TASK.items():
+        monkeypatch.setenv(key, value)
+    seen = {}
+
+    @quiet_interrupt("dpr-test")
+    def main() -> None:
+        seen.update(rank=os.environ.get("RANK"), world=os.environ.get("WORLD_SIZE"))
+
+    main()
+    assert seen == {"rank": "13", "world": "16"}
+    monkeypatch.setenv("SLURM_PROCID", "99")
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    with pytest.raises(SystemExit) as exit_info:  # a value Slurm never gives: one line, exit 2
+        main()
+    assert exit_info.value.code == 2
