@@ -70,6 +70,7 @@ def check_questions(questions: Any, name: str = "questions") -> list[str]:
 
 # Limits shared by the config schemas and the Python API (one source).
 SEED_MAX = 2 ** 32 - 1       # numpy's and torch's seed range
+SEED = 42                    # the default seed of every command (runs, rerankers, readers)
 MAX_K = 1_000_000            # passages per question; searches cap k at the corpus size anyway
 MAX_BATCH = 2 ** 20
 MAX_LENGTH = 2 ** 20         # tokens; the real bound is the model's max_position_embeddings (checked on load)

@@ -110,6 +110,27 @@ def Real(lo: float | None = None, hi: float | None = None, **kw: Any) -> Range: 
     return Range(lo, hi, **kw)
 
 
+def setting(default: Any = dataclasses.MISSING, rule: Range | None = None, *,
+            factory: Callable[[], Any] | None = None) -> Any:
+    """A config dataclass field declared once: its default (or ``factory``) and its allowed values (``rule``), which
+    `check_fields` reads from the field itself, so no second table of ranges can fall out of step with the
+    fields. The field's comment is its doc."""
+    meta = {"rule": rule} if rule is not None else {}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def field_rules(cls: Any) -> dict[str, Range]:
+    """The allowed values of every field of dataclass ``cls`` (a class or an instance) declared with `setting`."""
+    return {f.name: f.metadata["rule"] for f in dataclasses.fields(cls) if "rule" in f.metadata}
+
+
+def check_fields(obj: Any, label: str) -> None:
+    """`check_ranges` of ``obj`` against the rules its fields declare (`setting`)."""
+    check_ranges(obj, field_rules(obj), label)
+
+
 def check_ranges(obj: Any, rules: Mapping[str, Range], label: str) -> None:
     """Raise ValueError (one line: ``<label>.<key> must be <range>, got <value>``) for the first field of the
     dataclass ``obj`` outside its rule; boolean fields (annotated ``bool``) must be booleans. Every numeric

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
+from dpr.config import Int, Real, check_fields, setting, strict_from_dict
 from dpr.models.backbone import DTYPES, PADDING_SIDES, is_decoder_config, position_ids
 from dpr.models.length_buckets import encode_bucketed
 from dpr.models.lora import LoraSettings
@@ -34,17 +34,6 @@ SIMILARITIES = ("dot", "cosine")
 _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-# The allowed range of every numeric key of BiEncoderConfig (one line naming the key when outside it).
-MODEL_RANGES: dict[str, Range] = {
-    "projection_dim": Int(1, 65536, optional=True, note="null: no projection"),
-    # scores are divided by it: below, fp32 scores overflow (1e-20: inf gradients, 1e-40: NaN loss); above,
-    # every score rounds to the same value (1e300: all ties) -- no training signal, and nothing to rank
-    "temperature": Real(1e-4, 1e4),
-    "question_max_length": Int(1),
-    "passage_max_length": Int(1),
-}
-
-
 @dataclass
 class BiEncoderConfig:
     """Everything needed to rebuild a bi-encoder's architecture (saved as ``biencoder.json``)."""
@@ -52,11 +41,13 @@ class BiEncoderConfig:
     name: str = "all-MiniLM-L6-v2"
     shared: bool = False
     pooling: str = "mean"
-    projection_dim: int | None = None
+    projection_dim: int | None = setting(None, Int(1, 65536, optional=True, note="null: no projection"))
     similarity: str = "dot"
-    temperature: float = 1.0
-    question_max_length: int = 64
-    passage_max_length: int = 256
+    # scores are divided by it: below, fp32 scores overflow (1e-20: inf gradients, 1e-40: NaN loss); above,
+    # every score rounds to the same value (1e300: all ties) -- no training signal, and nothing to rank
+    temperature: float = setting(1.0, Real(1e-4, 1e4))
+    question_max_length: int = setting(64, Int(1))
+    passage_max_length: int = setting(256, Int(1))
     # auto: transformers' default (SDPA where the model supports it); or any HF value ("sdpa", "eager",
     # "flash_attention_2" on GPUs that have it). On the 2-core CPU, eager was 2x slower to encode.
     attn_implementation: str = "auto"
@@ -82,7 +73,7 @@ class BiEncoderConfig:
         if self.padding_side not in PADDING_SIDES:
             raise ValueError(f"model.padding_side must be one of {PADDING_SIDES}, got {self.padding_side!r}")
         self.lora = LoraSettings.coerce(self.lora)
-        check_ranges(self, MODEL_RANGES, "model")  # types, finiteness and ranges of the numeric keys
+        check_fields(self, "model")  # types, finiteness and ranges of the numeric keys
         self.temperature = float(self.temperature)
         self.projection_dim = int(self.projection_dim) if self.projection_dim is not None else None
         self.question_max_length = int(self.question_max_length)

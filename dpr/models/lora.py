@@ -18,10 +18,7 @@ from typing import Any, Mapping
 
 from torch import nn
 
-from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
-
-LORA_RANGES: dict[str, Range] = {"r": Int(1, 4096), "alpha": Real(0, 1e6, lo_open=True),
-                                 "dropout": Real(0, 1, hi_open=True)}
+from dpr.config import Int, Real, check_fields, setting, strict_from_dict
 
 
 @dataclass
@@ -29,13 +26,13 @@ class LoraSettings:
     """``model.lora``: rank, scale (``alpha / r`` multiplies the update), adapter dropout, and the module names the
     adapters go on (peft's ``target_modules``; ``all-linear`` for every linear layer but the output)."""
 
-    r: int = 16
-    alpha: float = 32.0
-    dropout: float = 0.05
+    r: int = setting(16, Int(1, 4096))  # the adapters' rank
+    alpha: float = setting(32.0, Real(0, 1e6, lo_open=True))  # alpha / r scales the update
+    dropout: float = setting(0.05, Real(0, 1, hi_open=True))  # dropout on the adapters' input
     target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
 
     def __post_init__(self) -> None:
-        check_ranges(self, LORA_RANGES, "model.lora")
+        check_fields(self, "model.lora")
         self.r, self.alpha, self.dropout = int(self.r), float(self.alpha), float(self.dropout)
         if isinstance(self.target_modules, str):
             self.target_modules = [self.target_modules]

@@ -12,22 +12,23 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from dpr.config import Int, Range, Real, check_ranges, register_defaults, strict_from_dict
+from dpr.config import Int, Real, check_fields, register_defaults, setting, strict_from_dict
 
 
 @dataclass
 class RemineConfig:
-    negatives: int = 30                # mined negatives kept per question
-    depth: int = 200                   # how deep in the trained model's ranking to look
-    skip_top: int = 0                  # skip the top ranks (FlagEmbedding mines ranks 2-200)
-    relative_margin: float = 0.05      # drop candidates scoring above (1 - margin) x the positive's score
-    bm25_share: float = 0.5            # share of the new negative lists that stays BM25's
+    negatives: int = setting(30, Int(1))  # mined negatives kept per question
+    depth: int = setting(200, Int(1))  # how deep in the trained model's ranking to look
+    skip_top: int = setting(0, Int(0))  # skip the top ranks (FlagEmbedding mines ranks 2-200)
+    # drop candidates scoring above (1 - margin) x the positive's score
+    relative_margin: float = setting(0.05, Real(0, note="0: no margin filter"))
+    bm25_share: float = setting(0.5, Real(0, 1))  # share of the new negative lists that stays BM25's
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "RemineConfig":
         """Build and check (ranges, then ``skip_top < depth``); one line naming the first bad key."""
         rc = strict_from_dict(cls, dict(d or {}), "remine")
-        check_ranges(rc, REMINE_RANGES, "remine")
+        check_fields(rc, "remine")
         if rc.skip_top >= rc.depth:
             raise ValueError(f"remine.skip_top={rc.skip_top} must be < remine.depth={rc.depth} "
                              "(nothing would be left to mine)")
@@ -37,16 +38,6 @@ class RemineConfig:
         """The keyword arguments of `dpr.negatives.dense.remine_dataset`."""
         return {"num_negatives": self.negatives, "depth": self.depth, "skip_top": self.skip_top,
                 "relative_margin": self.relative_margin, "bm25_share": self.bm25_share}
-
-
-# The allowed range of every numeric key (checked by `dpr.config.check_ranges`, as TrainConfig's are).
-REMINE_RANGES: dict[str, Range] = {
-    "negatives": Int(1),
-    "depth": Int(1),
-    "skip_top": Int(0),
-    "relative_margin": Real(0, note="0: no margin filter"),
-    "bm25_share": Real(0, 1),
-}
 
 
 def moved_from_train() -> dict[str, str]:

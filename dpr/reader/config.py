@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, List
 
-from dpr.checks import INT32_MAX, MAX_BATCH, MAX_K, MAX_LENGTH, MAX_THREADS, MAX_WEIGHT, SEED_MAX
+from dpr.checks import INT32_MAX, MAX_BATCH, MAX_K, MAX_LENGTH, MAX_THREADS, MAX_WEIGHT, SEED, SEED_MAX
 from dpr.config import ranged, ranged_list, register_defaults
 
 
@@ -35,7 +35,7 @@ class ReaderTrainConfig:
     max_grad_norm: float = ranged(1.0, 0, 1e6, note="0: no clipping")
     precision: str = "auto"  # auto (bf16 autocast on CPUs with bf16) | bf16 | fp32
     cpu_threads: int = ranged(0, 0, MAX_THREADS, note="0: torch's default")  # > 0: torch threads for the run
-    seed: int = ranged(42, 0, SEED_MAX)
+    seed: int = ranged(SEED, 0, SEED_MAX)
     log_every: int = ranged(20, 1, INT32_MAX)
     # checkpoint every N steps and at the end (0: none)
     save_every: int = ranged(200, 0, INT32_MAX, note="0: no checkpoints")

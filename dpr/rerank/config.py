@@ -11,7 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
+from dpr.checks import SEED, SEED_MAX
+from dpr.config import Int, Real, check_fields, setting, strict_from_dict
 from dpr.models.hub import DEFAULT_MODEL_ALIAS
 from dpr.models.lora import LoraSettings
 
@@ -27,41 +28,44 @@ class RerankTrainConfig:
     # the defaults: squad1_open's recipe (docs/results/teacher.md): one epoch (998 steps x 8 x (1 + 3), 78 min on
     # 2 Zen 4 cores in bf16). On all 649 dev questions it reranks BM25's top 20 to top-1 89.5 (300 steps: 88.0),
     # the distilled dense's to 88.1 (85.8) and the hybrid's to 90.3 (89.8); max_steps=300 is the 20-minute teacher
-    batch_size: int = 8               # questions per step (each brings 1 + negatives pairs)
-    negatives: int = 3                # N: BM25-mined negatives per question (topped up from other questions' passages)
+    batch_size: int = setting(8, Int(1))  # questions per step (each brings 1 + negatives pairs)
+    # N: BM25-mined negatives per question (topped up from other questions' passages)
+    negatives: int = setting(3, Int(0))
     negatives_from: str = "mined"     # mined | random: all N drawn from the training passages | mixed: ceil(N/2)
                                       # mined, the rest random (nfcorpus's mined top 30 hold unjudged relevant docs);
                                       # other miners' negatives: train_file= from scripts/mine_negatives.py (the
                                       # hybrid's taught less than BM25's on squad1_open dev: docs/results/teacher.md)
     loss: str = "listwise"            # listwise: softmax CE over the group | bce: pointwise binary CE
-    epochs: int = 1
-    max_steps: int = 0                # > 0 overrides epochs (< ~100 steps the new head still scores a group alike)
-    max_questions: int = 0            # only the first N training questions (0: all)
-    lr: float = 5.0e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0        # <= 0: measure only
-    length_bucket_size: int = 8       # > 0: forward length-sorted buckets of N pairs (same loss and gradients,
-                                      # dropout draws per bucket); 8: level with one forward (0, the default until
-                                      # stop 40) on squad1_open dev, 0.59x the teacher_train wall on Zen 4
+    epochs: int = setting(1, Int(0))
+    # > 0 overrides epochs (< ~100 steps the new head still scores a group alike)
+    max_steps: int = setting(0, Int(0, note="0: epochs decide"))
+    max_questions: int = setting(0, Int(0, note="0: all"))  # only the first N training questions (0: all)
+    lr: float = setting(5.0e-5, Real(0, 1, lo_open=True))
+    weight_decay: float = setting(0.01, Real(0, 10))
+    warmup_ratio: float = setting(0.1, Real(0, 1))
+    max_grad_norm: float = setting(1.0, Real(note="<= 0: measure only"))
+    # > 0: forward length-sorted buckets of N pairs (same loss and gradients, dropout drawn per bucket); 8: level
+    # with one forward (0, an earlier default) on squad1_open dev, 0.59x the teacher_train wall on Zen 4
+    length_bucket_size: int = setting(8, Int(0, note="0: every pair in one forward"))
     precision: str = "auto"           # auto (bf16 autocast on CPUs with bf16) | fp32 | bf16
-    cpu_threads: int = 0              # > 0: torch threads for the run
-    seed: int = 42
-    log_every: int = 10
-    save_every: int = 50              # checkpoint every N steps and at the end (0: none)
-    keep_checkpoints: int = 1
+    cpu_threads: int = setting(0, Int(0, note="0: torch's default"))  # > 0: torch threads for the run
+    seed: int = setting(SEED, Int(0, SEED_MAX))
+    log_every: int = setting(10, Int(1))
+    save_every: int = setting(50, Int(0, note="0: no checkpoints"))  # checkpoint every N steps and at the end (0: none)
+    keep_checkpoints: int = setting(1, Int(0))
     resume: Any = "auto"              # auto | true | false | <checkpoint dir>
-    eval_every: int = 100             # > 0 (with dev results): validate every N steps; always at the end
-    val_max_questions: int = 200      # dev questions reranked per validation (0: all; 200 x top 20: ~25 s)
+    eval_every: int = setting(100, Int(0))  # > 0 (with dev results): validate every N steps; always at the end
+    # dev questions reranked per validation (0: all; 200 x top 20: ~25 s)
+    val_max_questions: int = setting(200, Int(0, note="0: all"))
     best_metric: str = "auto"         # auto: mrr (QA: 1 / rank of the first answer-bearing passage) | ndcg@10 (qrels)
 
 
 @dataclass
 class RerankScoreConfig:
-    k: int = 20                       # rerank each question's top k (later passages are dropped)
-    batch_size: int = 32
+    k: int = setting(20, Int(1))  # rerank each question's top k (later passages are dropped)
+    batch_size: int = setting(32, Int(1))
     precision: str = "auto"
-    max_questions: int = 0            # only the first N questions of the results file (0: all)
+    max_questions: int = setting(0, Int(0, note="0: all"))  # only the first N questions of the results file (0: all)
 
 
 @dataclass
@@ -104,7 +108,7 @@ class RerankModelConfig:
 class RerankConfig:
     # the encoder to start from (a string: its name) and LoRA adapters on it (rerank.model.lora): RerankModelConfig
     model: Any = field(default_factory=RerankModelConfig)
-    max_length: int = 256             # tokens of [CLS] question [SEP] title [SEP] passage [SEP]
+    max_length: int = setting(256, Int(8))  # tokens of [CLS] question [SEP] title [SEP] passage [SEP]
     title: bool = True                # put the passage title before its text
     train: RerankTrainConfig = field(default_factory=RerankTrainConfig)
     score: RerankScoreConfig = field(default_factory=RerankScoreConfig)
@@ -125,8 +129,8 @@ class RerankConfig:
         """One-line ValueError naming the first key out of its range."""
         self.model = RerankModelConfig.coerce(self.model)  # also after ``cfg.model = "<name>"``
         t, s = self.train, self.score
-        check_ranges(self, RERANK_RANGES, "rerank")  # the common checker (dpr/config.py)
-        check_ranges(t, RERANK_TRAIN_RANGES, "rerank.train")
+        check_fields(self, "rerank")  # the rules its fields declare (dpr/config.py)
+        check_fields(t, "rerank.train")
         _choice(t, "loss", LOSS_NAMES, "rerank.train")
         _choice(t, "negatives_from", NEGATIVE_SOURCES, "rerank.train")
         _choice(t, "precision", PRECISIONS, "rerank.train")
@@ -135,7 +139,7 @@ class RerankConfig:
             raise ValueError("rerank.train.max_steps and rerank.train.epochs are both 0: nothing to train")
         if t.loss == "listwise" and t.negatives == 0:
             raise ValueError("rerank.train.negatives=0: the listwise loss needs at least 1 negative per question")
-        check_ranges(s, RERANK_SCORE_RANGES, "rerank.score")
+        check_fields(s, "rerank.score")
         _choice(s, "precision", PRECISIONS, "rerank.score")
 
     def settings(self) -> dict:
@@ -151,21 +155,6 @@ class RerankConfig:
             if d["train"][key] == recorded:
                 del d["train"][key]
         return d
-
-
-# The allowed range of every numeric key (checked by `dpr.config.check_ranges`, as TrainConfig's are).
-RERANK_RANGES: dict[str, Range] = {"max_length": Int(8)}
-RERANK_TRAIN_RANGES: dict[str, Range] = {
-    "batch_size": Int(1), "log_every": Int(1),
-    "negatives": Int(0), "epochs": Int(0), "max_steps": Int(0, note="0: epochs decide"),
-    "max_questions": Int(0, note="0: all"), "cpu_threads": Int(0, note="0: torch's default"),
-    "save_every": Int(0, note="0: no checkpoints"), "keep_checkpoints": Int(0), "eval_every": Int(0),
-    "val_max_questions": Int(0, note="0: all"),
-    "length_bucket_size": Int(0, note="0: every pair in one forward"),
-    "lr": Real(0, 1, lo_open=True), "weight_decay": Real(0, 10), "warmup_ratio": Real(0, 1),
-    "max_grad_norm": Real(note="<= 0: measure only"),
-}
-RERANK_SCORE_RANGES: dict[str, Range] = {"k": Int(1), "batch_size": Int(1), "max_questions": Int(0, note="0: all")}
 
 
 def _choice(obj: Any, key: str, allowed: tuple, prefix: str) -> None:

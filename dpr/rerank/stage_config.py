@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping
 
-from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
+from dpr.config import Int, Real, check_fields, setting, strict_from_dict
 from dpr.rerank.config import RerankConfig
 
 # squad1_open dev, cross-encoder alone: MRR 90.3 / 90.3 / 89.9 (bm25), 89.5 / 89.7 / 89.5 (dense) at K = 20 / 50 /
@@ -27,9 +27,12 @@ WEIGHT = Real(0)
 class TeacherStageConfig:
     model: str = ""                    # a trained cross-encoder dir to use as it is ("": train one on the run's train.json)
     rerank: RerankConfig = field(default_factory=RerankConfig)  # the cross-encoder's training and scoring (dpr/rerank/config.py)
-    k_grid: List[int] = field(default_factory=lambda: list(DEFAULT_K_GRID))  # rerank depths tried on dev per first stage
-    weight_grid: List[float] = field(default_factory=lambda: list(DEFAULT_WEIGHT_GRID))  # interpolation weights tried on dev
-    k_tolerance: float = 0.005         # K = the smallest depth within this much of the best dev MRR / nDCG@10
+    # rerank depths tried on dev per first stage
+    k_grid: List[int] = setting(rule=Int(1, count=(1, None)), factory=lambda: list(DEFAULT_K_GRID))
+    # interpolation weights tried on dev
+    weight_grid: List[float] = setting(rule=replace(WEIGHT, count=(1, None)), factory=lambda: list(DEFAULT_WEIGHT_GRID))
+    # K = the smallest depth within this much of the best dev MRR / nDCG@10
+    k_tolerance: float = setting(0.005, Real(0, 1))
     keep_first_stage: bool = True      # a first stage whose dev figure reranking lowers (at its K and w) keeps its
                                        # own list as its +rerank row (nfcorpus's hybrid: dev nDCG@10 0.345 -> 0.344)
     distill: bool = True               # the report's dense model is distilled from the teacher's scores (false: contrastive)
@@ -40,12 +43,15 @@ class TeacherStageConfig:
     loss_args: Dict[str, Any] = field(default_factory=lambda: {"nll_weight": 1.0})  # overrides of that loss's keys
     denoise: Any = "auto"              # drop mined negatives the teacher scores above (positive - denoise_margin):
                                        # auto = when distilling (distill=false keeps the default's contrastive model)
-    denoise_margin: float = 0.0
-    max_negatives: int = 3             # candidates the teacher scores per question: positives + the first N mined negatives
-                                       # (0: all; squad1_open: 3 -> 32k pairs, 3 min in bf16 on 2 cores; all 30 -> 26 min)
-    hard_negatives: int = 3            # train.hard_negatives of the distilled training, drawn among the scored ones
-                                       # (train.teacher_scored_negatives; 0: keep the pipeline's train.hard_negatives)
-    chunk_size: int = 512              # questions per resumable scoring chunk (does not change the scores)
+    denoise_margin: float = setting(0.0, Real(0))
+    # candidates the teacher scores per question: positives + the first N mined negatives
+    # (0: all; squad1_open: 3 -> 32k pairs, 3 min in bf16 on 2 cores; all 30 -> 26 min)
+    max_negatives: int = setting(3, Int(0, note="0: all"))
+    # train.hard_negatives of the distilled training, drawn among the scored ones
+    # (train.teacher_scored_negatives; 0: keep the pipeline's train.hard_negatives)
+    hard_negatives: int = setting(3, Int(0, note="0: keep the pipeline's train.hard_negatives"))
+    # questions per resumable scoring chunk (does not change the scores)
+    chunk_size: int = setting(512, Int(1))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "TeacherStageConfig":
@@ -57,7 +63,7 @@ class TeacherStageConfig:
 
     def check(self) -> None:
         """One-line ValueError naming the first key out of its range."""
-        check_ranges(self, TEACHER_RANGES, "teacher_cfg")  # the common checker (dpr/config.py)
+        check_fields(self, "teacher_cfg")  # the rules its fields declare (dpr/config.py)
         grid = list(self.k_grid)
         if len(set(grid)) != len(grid):
             raise ValueError(f"teacher_cfg.k_grid={grid!r}: a depth is listed twice")
@@ -75,18 +81,6 @@ class TeacherStageConfig:
     def denoises(self) -> bool:
         """``denoise`` resolved: auto follows ``distill``."""
         return self.distill if self.denoise == "auto" else bool(self.denoise)
-
-
-# The allowed range of every numeric key (checked by `dpr.config.check_ranges`, as TrainConfig's are).
-TEACHER_RANGES: dict[str, Range] = {
-    "k_grid": Int(1, count=(1, None)),
-    "weight_grid": replace(WEIGHT, count=(1, None)),
-    "k_tolerance": Real(0, 1),
-    "denoise_margin": Real(0),
-    "max_negatives": Int(0, note="0: all"),
-    "hard_negatives": Int(0, note="0: keep the pipeline's train.hard_negatives"),
-    "chunk_size": Int(1),
-}
 
 
 def register_schema() -> None:

@@ -111,8 +111,8 @@ from pathlib import Path  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from dpr.config import numeric_fields  # noqa: E402
-from dpr.models.biencoder import MODEL_RANGES, BiEncoderConfig  # noqa: E402
+from dpr.config import field_rules, numeric_fields  # noqa: E402
+from dpr.models.biencoder import BiEncoderConfig  # noqa: E402
 from dpr.training.config import TRAIN_RANGES  # noqa: E402
 
 EDGES = [0, -1, 1, 2, 3, 0.5, -0.5, 1e-4, 1e-40, float("nan"), float("inf"), float("-inf"), 1e300, 10**18, -10**18,
@@ -128,7 +128,7 @@ ANY_SIGN = {"max_grad_norm"}  # <= 0: no clipping
 
 def test_every_numeric_key_has_a_range():
     assert sorted(numeric_fields(TrainConfig)) == sorted(TRAIN_RANGES)
-    assert sorted(numeric_fields(BiEncoderConfig)) == sorted(MODEL_RANGES)
+    assert sorted(numeric_fields(BiEncoderConfig)) == sorted(field_rules(BiEncoderConfig))
 
 
 def _check_refusal(err: Exception, label: str, key: str, value) -> None:
@@ -174,7 +174,7 @@ def test_train_keys_refuse_bad_numbers_in_one_line(key, value):
     _check_legal(key, value, {f.name: f.type for f in dataclasses.fields(TrainConfig)}[key])
 
 
-@given(key=st.sampled_from(sorted(MODEL_RANGES)), value=VALUES)
+@given(key=st.sampled_from(sorted(field_rules(BiEncoderConfig))), value=VALUES)
 def test_model_keys_refuse_bad_numbers_in_one_line(key, value):
     try:
         mc = BiEncoderConfig.from_dict({key: value})
