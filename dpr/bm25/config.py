@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from dpr.checks import MAX_K1
+from dpr.checks import INT32_MAX, MAX_K1
 from dpr.config import ranged, register_defaults
 
 # bm25s' scoring variant (Lucene's idf); fixed: it is not a setting, but an index records it
@@ -27,6 +27,14 @@ class BM25Config:
     b: float = ranged(0.4, 0.0, 1.0)  # share of length normalisation
     stopwords: Any = "en"             # en | none | any bm25s language name
     stemmer: Optional[str] = "english"  # a PyStemmer (Snowball) algorithm, or none
+
+
+@dataclass
+class BM25BuildConfig:
+    # How the index is built, not what it holds: not among the index's settings (BM25Config), so it changes no
+    # index's key and no recorded stage. ~1.5 GB of build memory per million passages of a shard; a corpus of
+    # at most this many passages is one shard, bm25s' own layout.
+    shard_passages: int = ranged(500_000, 1, INT32_MAX)  # passages per shard of a sharded build
 
 
 def index_settings(section: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -6,6 +6,10 @@ never sit in a Python list; the token ids are packed into one int32 array and th
 computed from it with numpy (`dpr.bm25.weights`, bit-identical to bm25s' own ``index()``). The index
 on disk is bm25s' own files plus the tokenizer vocabulary, the passage ids in index order, and
 ``dpr_bm25.json`` (parameters and the key of the passages file).
+
+A corpus of more than ``shard_passages`` passages is built in shards of that many (`dpr.bm25.shards`:
+the build's peak memory is set by the shard size), saved as one CSC per shard under ``shards/`` and
+memory-mapped when loaded; its weights and search results are those of the one-shot build.
 """
 
 from __future__ import annotations
@@ -13,16 +17,21 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass, field
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from tqdm import tqdm
 
 from dpr.atomic import atomic_path, check_replaceable, write_json_atomic
-from dpr.bm25.config import METHOD, BM25Config
+from dpr.bm25.config import METHOD, BM25BuildConfig, BM25Config
+from dpr.bm25.shards import Shard, build_shards, copy_shards, load_shards
 from dpr.bm25.weights import bm25_csc, pack_tokens
-from dpr.checks import MAX_K1, check_float
+from dpr.checks import MAX_K1, check_float, check_int
 from dpr.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -34,22 +43,33 @@ DEFAULT_B = _DEFAULTS.b
 DEFAULT_STOPWORDS = _DEFAULTS.stopwords
 DEFAULT_STEMMER = _DEFAULTS.stemmer
 FORMAT_VERSION = 1
+# the format of a sharded index's dpr_bm25.json (not bm25s' files: an older reader refuses it by this number)
+SHARDED_FORMAT = 2
+DEFAULT_SHARD_PASSAGES = BM25BuildConfig().shard_passages
 META_FILE = "dpr_bm25.json"
 IDS_FILE = "passage_ids.txt"
 
 
 @dataclass
 class BM25Index:
-    """A searchable BM25 index: bm25s retriever, its tokenizer, and passage ids in index order."""
+    """A searchable BM25 index: bm25s retriever, its tokenizer, and passage ids in index order.
 
-    retriever: Any  # bm25s.BM25
+    A sharded index has ``shards`` (memory-mapped from ``shard_root``) and no bm25s retriever (None)."""
+
+    retriever: Any  # bm25s.BM25, or None when sharded
     tokenizer: Any  # bm25s.tokenization.Tokenizer
     ids: list[str]
     params: dict[str, Any]
     meta: dict[str, Any] = field(default_factory=dict)
+    shards: list[Shard] | None = None
+    shard_root: Path | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def postings(self) -> list[Shard]:
+        """The index's postings, shard by shard (one shard, starting at row 0, when not sharded)."""
+        return self.shards if self.shards is not None else [Shard(0, self.retriever.scores)]
 
 
 def _bm25s():
@@ -109,11 +129,16 @@ def build_index_from_rows(
     stopwords: str | None = DEFAULT_STOPWORDS,
     stemmer: str | None = DEFAULT_STEMMER,
     total: int | None = None,
+    shard_passages: int = DEFAULT_SHARD_PASSAGES,
+    workdir: str | Path | None = None,
 ) -> BM25Index:
-    """Index passages given as ``{"id", "title", "text"}`` dicts (streamed once)."""
+    """Index passages given as ``{"id", "title", "text"}`` dicts (streamed once). Above ``shard_passages``
+    passages the index is built in shards of that many, written under ``workdir`` (a temporary folder,
+    removed with the index, when None)."""
     bm25s = _bm25s()
 
     params = index_params(k1, b, stopwords, stemmer)
+    check_int("shard_passages", shard_passages, 1)
     tokenizer = make_tokenizer(params["stopwords"], params["stemmer"])
     ids: list[str] = []
 
@@ -122,10 +147,15 @@ def build_index_from_rows(
             ids.append(row["id"])
             yield passage_text(row)
 
-    stream = tokenizer.streaming_tokenize(texts(), update_vocab=True)
-    flat, offsets = pack_tokens(tqdm(stream, total=total, desc="BM25 tokenize", unit="psg", mininterval=1.0))
+    stream = iter(tqdm(tokenizer.streaming_tokenize(texts(), update_vocab=True), total=total,
+                       desc="BM25 tokenize", unit="psg", mininterval=1.0))
+    flat, offsets = pack_tokens(islice(stream, shard_passages))
     if not ids:
         raise ValueError("no passages to index")
+    more = next(stream, None)
+    if more is not None:
+        return _build_sharded(tokenizer, ids, params, (flat, offsets), chain([more], stream), shard_passages,
+                              workdir)
     vocab = tokenizer.get_vocab_dict()
     retriever = bm25s.BM25(k1=params["k1"], b=params["b"], method=params["method"])
     # the weights bm25s' own index() would compute, in numpy (see dpr.bm25.weights)
@@ -138,19 +168,41 @@ def build_index_from_rows(
     return BM25Index(retriever=retriever, tokenizer=tokenizer, ids=ids, params=params)
 
 
+def _build_sharded(tokenizer, ids: list[str], params: dict[str, Any], first, stream, shard_passages: int,
+                   workdir: str | Path | None) -> BM25Index:
+    owned = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="dpr_bm25_")) if owned else Path(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        shards = build_shards(first, stream, shard_passages, lambda: len(tokenizer.get_vocab_dict()),
+                              params["k1"], params["b"], root)
+    except BaseException:
+        if owned:
+            shutil.rmtree(root, ignore_errors=True)
+        raise
+    log.info("BM25 index: %d passages in %d shards, %d terms (k1=%s b=%s stopwords=%s stemmer=%s)", len(ids),
+             len(shards), len(tokenizer.get_vocab_dict()), params["k1"], params["b"], params["stopwords"],
+             params["stemmer"])
+    index = BM25Index(retriever=None, tokenizer=tokenizer, ids=ids, params=params, shards=shards, shard_root=root)
+    if owned:
+        weakref.finalize(index, shutil.rmtree, str(root), True)
+    return index
+
+
 def build_index(
     passages_path: str | Path,
     k1: float = DEFAULT_K1,
     b: float = DEFAULT_B,
     stopwords: str | None = DEFAULT_STOPWORDS,
     stemmer: str | None = DEFAULT_STEMMER,
+    shard_passages: int = DEFAULT_SHARD_PASSAGES,
 ) -> BM25Index:
-    """Index a ``passages.tsv`` (validated while streamed)."""
+    """Index a ``passages.tsv`` (validated while streamed); in shards above ``shard_passages`` passages."""
     from dpr.data.passages import count_passages, iter_passages
 
     passages_path = Path(passages_path)
     index = build_index_from_rows(iter_passages(passages_path), k1=k1, b=b, stopwords=stopwords,
-                                  stemmer=stemmer, total=count_passages(passages_path))
+                                  stemmer=stemmer, total=count_passages(passages_path), shard_passages=shard_passages)
     index.meta = {"passages": passages_key(passages_path)}
     return index
 
@@ -179,20 +231,26 @@ def save_index(index: BM25Index, index_dir: str | Path) -> Path:
     # only an index (its meta file) is replaced: index_dir= naming the user's directory is refused
     with atomic_path(index_dir, owned=_is_index) as tmp:
         tmp.mkdir(parents=True)
-        index.retriever.save(tmp, show_progress=False)
+        if index.shards is None:
+            index.retriever.save(tmp, show_progress=False)
+            layout: dict[str, Any] = {"format": FORMAT_VERSION}
+        else:
+            copy_shards(index.shard_root, tmp, len(index.shards))
+            layout = {"format": SHARDED_FORMAT,
+                      "shards": [{"start": sh.start, "passages": sh.num_docs} for sh in index.shards]}
         index.tokenizer.save_vocab(tmp)
         with open(tmp / IDS_FILE, "w", encoding="utf-8", newline="\n") as f:
             for pid in index.ids:
                 f.write(pid + "\n")
         write_json_atomic(tmp / META_FILE, {
-            "format": FORMAT_VERSION, "params": index.params, "num_passages": len(index.ids),
+            **layout, "params": index.params, "num_passages": len(index.ids),
             "bm25s_version": bm25s.__version__, **index.meta,
         })
     return index_dir
 
 
 def load_index(index_dir: str | Path, mmap: bool = False) -> BM25Index:
-    """Load an index written by `save_index`."""
+    """Load an index written by `save_index` (a sharded one memory-mapped, whatever ``mmap``)."""
     bm25s = _bm25s()
 
     index_dir = Path(index_dir)
@@ -200,23 +258,32 @@ def load_index(index_dir: str | Path, mmap: bool = False) -> BM25Index:
     if not meta_path.is_file():
         raise FileNotFoundError(f"no BM25 index at {index_dir} ({META_FILE} missing)")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if meta.get("format") != FORMAT_VERSION:
-        raise DataError(meta_path, f"index format {meta.get('format')!r}, expected {FORMAT_VERSION}", field="format")
+    if meta.get("format") not in (FORMAT_VERSION, SHARDED_FORMAT):
+        raise DataError(meta_path, f"index format {meta.get('format')!r}, expected {FORMAT_VERSION} or "
+                        f"{SHARDED_FORMAT}", field="format")
     params = meta["params"]
-    retriever = bm25s.BM25.load(index_dir, mmap=mmap)
+    if meta["format"] == SHARDED_FORMAT:
+        retriever, shards = None, load_shards(index_dir, meta["shards"])
+        indexed = sum(sh.num_docs for sh in shards)
+    else:
+        retriever, shards = bm25s.BM25.load(index_dir, mmap=mmap), None
+        indexed = retriever.scores["num_docs"]
     tokenizer = make_tokenizer(params["stopwords"], params["stemmer"])
     tokenizer.load_vocab(index_dir)
     ids = (index_dir / IDS_FILE).read_text(encoding="utf-8").splitlines()
-    if len(ids) != meta["num_passages"] or len(ids) != retriever.scores["num_docs"]:
-        raise DataError(index_dir / IDS_FILE, f"{len(ids)} ids for {retriever.scores['num_docs']} indexed passages",
-                        field="id")
-    extra = {k: v for k, v in meta.items() if k not in ("format", "params", "num_passages", "bm25s_version")}
-    return BM25Index(retriever=retriever, tokenizer=tokenizer, ids=ids, params=params, meta=extra)
+    if len(ids) != meta["num_passages"] or len(ids) != indexed:
+        raise DataError(index_dir / IDS_FILE, f"{len(ids)} ids for {indexed} indexed passages", field="id")
+    extra = {k: v for k, v in meta.items()
+             if k not in ("format", "params", "num_passages", "bm25s_version", "shards")}
+    return BM25Index(retriever=retriever, tokenizer=tokenizer, ids=ids, params=params, meta=extra, shards=shards,
+                     shard_root=index_dir if shards is not None else None)
 
 
-def get_or_build_index(passages_path: str | Path, index_dir: str | Path, **params: Any) -> BM25Index:
+def get_or_build_index(passages_path: str | Path, index_dir: str | Path,
+                       shard_passages: int = DEFAULT_SHARD_PASSAGES, **params: Any) -> BM25Index:
     """Load the cached index in ``index_dir`` if it was built from this passages file with these
-    parameters; otherwise build it and save it there."""
+    parameters; otherwise build it (in shards of ``shard_passages`` passages above that many) and save it
+    there. The shard size is not part of the key: any shard size gives the same weights and results."""
     passages_path = Path(passages_path)
     params = index_params(**params)
     key = index_key(passages_path, params)
@@ -229,7 +296,8 @@ def get_or_build_index(passages_path: str | Path, index_dir: str | Path, **param
             return load_index(index_dir)
         log.info("BM25 index %s is stale (other passages or parameters): rebuilding", index_dir)
     check_replaceable(index_dir, directory=True, owned=_is_index)  # before the build, not after it
-    index = build_index(passages_path, **{k: v for k, v in params.items() if k != "method"})
+    index = build_index(passages_path, shard_passages=shard_passages,
+                        **{k: v for k, v in params.items() if k != "method"})
     index.meta["key"] = key
     save_index(index, index_dir)
     return index

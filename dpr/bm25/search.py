@@ -1,22 +1,54 @@
-"""BM25 search: the top k passages of many queries at once over a `BM25Index`."""
+"""BM25 search: the top k passages of many queries at once over a `BM25Index`.
+
+The top k (`search_indices`) reads only the query terms' posting lists (`dpr.bm25.topk`), shard by shard
+for a sharded index, merging the shards' tops; batches of queries run on threads (numpy releases the GIL
+in the heavy parts), all cores unless told otherwise. `score_matrix` gives the dense scores of every
+passage, for callers that need them all (the BM25 teacher).
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
 from dpr.bm25.index import BM25Index
+from dpr.bm25.topk import merge_top, shard_top
 from dpr.checks import MAX_K, check_int
 
-# Most queries scored together (fewer for big corpora: the dense score block is batch x passages).
+# Queries per batch (a thread's unit of work); a batch's memory is its results plus one shard's accumulator.
 QUERY_BATCH = 256
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and ``taskset`` narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _resolve_threads(n_threads: int) -> int:
-    return (os.cpu_count() or 1) if n_threads < 0 else n_threads
+    return available_cores() if n_threads < 0 else n_threads
+
+
+def _dense_block(postings: dict[str, Any], token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+    data, indices, indptr = postings["data"], postings["indices"], postings["indptr"]
+    n_docs = int(postings["num_docs"])
+    batch = len(token_ids)
+    q_of = np.repeat(np.arange(batch, dtype=np.int64), [len(t) for t in token_ids])
+    terms = np.fromiter((t for toks in token_ids for t in toks), dtype=np.int64, count=len(q_of))
+    starts, ends = indptr[terms], indptr[terms + 1]
+    lengths = ends - starts
+    total = int(lengths.sum())
+    # positions of every posting of every (query, term): start of its list + offset within it
+    offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    postings_at = np.repeat(starts, lengths) + offsets
+    flat = np.repeat(q_of, lengths) * n_docs + indices[postings_at]
+    scores = np.bincount(flat, weights=data[postings_at], minlength=batch * n_docs)
+    return scores.reshape(batch, n_docs).astype(np.float32)
 
 
 def score_matrix(index: BM25Index, token_ids: Sequence[Sequence[int]]) -> np.ndarray:
@@ -27,22 +59,10 @@ def score_matrix(index: BM25Index, token_ids: Sequence[Sequence[int]]) -> np.nda
     (query, term) pairs of the batch are gathered at once and summed with one ``np.bincount``. The
     scores are bm25s' own (same weights; the sum is taken in float64 and rounded to float32, so it can
     differ from bm25s' float32 sum in the last bit; a query term given twice counts twice, as in bm25s).
+    A sharded index's shards give their columns in turn.
     """
-    sc = index.retriever.scores
-    data, indices, indptr = sc["data"], sc["indices"], sc["indptr"]
-    n_docs = int(sc["num_docs"])
-    batch = len(token_ids)
-    q_of = np.repeat(np.arange(batch, dtype=np.int64), [len(t) for t in token_ids])
-    terms = np.fromiter((t for toks in token_ids for t in toks), dtype=np.int64, count=len(q_of))
-    starts, ends = indptr[terms], indptr[terms + 1]
-    lengths = ends - starts
-    total = int(lengths.sum())
-    # positions of every posting of every (query, term): start of its list + offset within it
-    offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    postings = np.repeat(starts, lengths) + offsets
-    flat = np.repeat(q_of, lengths) * n_docs + indices[postings]
-    scores = np.bincount(flat, weights=data[postings], minlength=batch * n_docs)
-    return scores.reshape(batch, n_docs).astype(np.float32)
+    blocks = [_dense_block(shard.scores, token_ids) for shard in index.postings()]
+    return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
 
 
 def score_texts(index: BM25Index, queries: Sequence[str]) -> np.ndarray:
@@ -50,21 +70,18 @@ def score_texts(index: BM25Index, queries: Sequence[str]) -> np.ndarray:
     return score_matrix(index, _query_token_ids(index, queries))
 
 
-def _score_batch(index: BM25Index, token_ids: Sequence[Sequence[int]], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Scores of a batch of tokenized queries against every passage (:func:`score_matrix`) and their
-    top k: one ``argpartition`` over the ``[batch, passages]`` matrix."""
-    scores = score_matrix(index, token_ids)
-    batch, n_docs = scores.shape
-    if k < n_docs:
-        # partition the negated scores at k-1: with most passages at 0 (no shared term), selecting
-        # from the bottom is ~10x faster in numpy's introselect than selecting the top n-k
-        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    else:
-        top = np.broadcast_to(np.arange(n_docs), (batch, n_docs))
-    top_scores = np.take_along_axis(scores, top, axis=1)
-    # best first; equal scores by passage row, so the order never depends on the partial sort
-    order = np.lexsort((top, -top_scores), axis=1)
-    return np.take_along_axis(top, order, axis=1), np.take_along_axis(top_scores, order, axis=1)
+def _top_batch(index: BM25Index, token_ids: Sequence[Sequence[int]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k rows and scores of a batch of tokenized queries: each shard's top from the query terms'
+    postings (`dpr.bm25.topk`), merged; passages sharing no term fill in row order."""
+    shards = index.postings()
+    acc = np.zeros(max(shard.num_docs for shard in shards), dtype=np.float64)
+    rows = np.empty((len(token_ids), k), dtype=np.int64)
+    scores = np.empty((len(token_ids), k), dtype=np.float32)
+    for q, terms in enumerate(token_ids):
+        terms = [int(t) for t in terms]
+        parts = [shard_top(shard.scores, shard.start, terms, k, acc) for shard in shards]
+        rows[q], scores[q] = merge_top(parts, k, len(index))
+    return rows, scores
 
 
 def _query_token_ids(index: BM25Index, queries: Sequence[str]) -> list[list[int]]:
@@ -74,12 +91,12 @@ def _query_token_ids(index: BM25Index, queries: Sequence[str]) -> list[list[int]
 
 
 def search_indices(
-    index: BM25Index, queries: Sequence[str], k: int = 100, n_threads: int = 0, show_progress: bool = True
+    index: BM25Index, queries: Sequence[str], k: int = 100, n_threads: int = -1, show_progress: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k passage rows and scores, ``[num_queries, k']`` each with ``k' = min(k, passages)``.
 
-    Within a query, passages are ordered by score, ties by index row. ``n_threads`` > 0 scores
-    batches in that many threads (numpy releases the GIL in the heavy parts); -1 = all cores.
+    Within a query, passages are ordered by score, ties by index row. Batches of queries are scored on
+    ``n_threads`` threads: -1 (default) = every core this process may use, 0 = the calling thread.
     """
     k = min(check_int("k", k, 1, MAX_K), len(index))
     if k < 1:
@@ -87,17 +104,15 @@ def search_indices(
     n = len(queries)
     rows = np.empty((n, k), dtype=np.int64)
     scores = np.empty((n, k), dtype=np.float32)
-    # the dense [batch, passages] score block is kept near 4 MB (cache-friendly; measured faster
-    # than bigger blocks) whatever the corpus size
-    batch = int(max(1, min(QUERY_BATCH, (1 << 19) // max(1, len(index)))))
-    spans = [(s, min(n, s + batch)) for s in range(0, n, batch)]
     threads = _resolve_threads(n_threads)
+    # a batch per thread at least (a caller's chunk of queries may be small), QUERY_BATCH at most
+    batch = max(1, min(QUERY_BATCH, -(-n // max(1, threads))))
+    spans = [(s, min(n, s + batch)) for s in range(0, n, batch)]
     bar = tqdm(total=n, desc="BM25 search", unit="q", disable=not show_progress, mininterval=1.0)
 
     def run(span: tuple[int, int]) -> tuple[int, int]:
         start, stop = span
-        r, s = _score_batch(index, token_ids[start:stop], k)
-        rows[start:stop], scores[start:stop] = r, s
+        rows[start:stop], scores[start:stop] = _top_batch(index, token_ids[start:stop], k)
         return span
 
     token_ids = _query_token_ids(index, queries)
@@ -116,7 +131,7 @@ def search_indices(
 
 
 def search(
-    index: BM25Index, queries: Sequence[str], k: int = 100, n_threads: int = 0, show_progress: bool = True
+    index: BM25Index, queries: Sequence[str], k: int = 100, n_threads: int = -1, show_progress: bool = True
 ) -> tuple[list[list[str]], np.ndarray]:
     """Top-k passage ids (best first) and their scores for each query."""
     rows, scores = search_indices(index, queries, k, n_threads=n_threads, show_progress=show_progress)

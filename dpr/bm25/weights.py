@@ -68,14 +68,30 @@ def bm25_csc(
     avg_len = float(doc_len.mean())
     term, doc, tf = _term_doc_counts(flat, offsets, n_vocab)
     df = np.bincount(term, minlength=n_vocab)
-    # bm25s' arithmetic, so the weights are bit-identical: idf computed in float64 and stored as
-    # float32; the tf part in float64 (its average length is a numpy float64); the product rounded
-    # to float32 when stored
+    idf = lucene_idf(df, n_docs)
+    return {**postings_csc(term, doc, tf, idf, bm25_norm(doc_len, avg_len, k1, b), n_vocab), "num_docs": n_docs}
+
+
+def lucene_idf(df: np.ndarray, n_docs: int) -> np.ndarray:
+    """Lucene's idf of every term from its document frequency over the whole corpus (float32, as bm25s stores it)."""
+    # bm25s' arithmetic, so the weights are bit-identical: idf computed in float64 and stored as float32
     with np.errstate(divide="ignore"):
-        idf = np.where(df > 0, np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
-    norm = k1 * ((1 - b) + b * doc_len / avg_len)
+        return np.where(df > 0, np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5)), 0.0).astype(np.float32)
+
+
+def bm25_norm(doc_len: np.ndarray, avg_len: float, k1: float, b: float) -> np.ndarray:
+    """``k1 * (1 - b + b * len / avg_len)`` per passage (float64; avg_len is the whole corpus' mean length)."""
+    return k1 * ((1 - b) + b * doc_len / avg_len)
+
+
+def postings_csc(term: np.ndarray, doc: np.ndarray, tf: np.ndarray, idf: np.ndarray, norm: np.ndarray,
+                 n_vocab: int) -> dict[str, np.ndarray | int]:
+    """The CSC of (term, passage, tf) triplets sorted by term then passage; ``norm[doc]`` is the passage's
+    length factor. A shard of a corpus (``doc`` local to it, ``norm`` its slice of the corpus' factors) gets
+    the weights the whole corpus' index holds for its passages: ``idf`` and ``norm`` are the whole corpus'."""
+    # the tf part in float64 (its average length is a numpy float64); the product rounded to float32 when stored
     tf64 = tf.astype(np.float64)
     data = idf[term].astype(np.float64) * (tf64 / (norm[doc] + tf64))
     indptr = np.zeros(n_vocab + 1, dtype=np.int64)
-    np.cumsum(df, out=indptr[1:])
-    return {"data": data.astype(np.float32), "indices": doc, "indptr": indptr, "num_docs": n_docs}
+    np.cumsum(np.bincount(term, minlength=n_vocab), out=indptr[1:])
+    return {"data": data.astype(np.float32), "indices": doc, "indptr": indptr}

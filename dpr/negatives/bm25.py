@@ -44,7 +44,7 @@ def mine_hard_negatives(
     num_negatives: int = BM25MiningConfig.num_negatives,
     depth: int = BM25MiningConfig.depth,
     qrels: Mapping[str, Collection[str]] | None = None,
-    n_threads: int = 0,
+    n_threads: int = -1,
 ) -> tuple[list[dict], dict[str, int]]:
     """Return copies of ``examples`` with ``hard_negative_ctxs`` replaced by mined negatives, and counts.
 
@@ -93,7 +93,7 @@ def mine_dataset(
     ds: "DatasetPaths | str | Path",
     num_negatives: int = BM25MiningConfig.num_negatives,
     depth: int = BM25MiningConfig.depth,
-    n_threads: int = 0,
+    n_threads: int = -1,
     force: bool = False,
 ) -> dict[str, dict[str, int]]:
     """Mine hard negatives into a prepared dataset's ``train.json`` and ``dev.json`` (rewritten atomically)

@@ -59,7 +59,7 @@ class Retriever:
     @staticmethod
     def bm25(passages: "str | Path | datasets.Dataset", index_dir: str | Path | None = None, *,
              index: "BM25Index | None" = None, k1: float | None = None, b: float | None = None,
-             stopwords: str | None = None, stemmer: str | None = None, n_threads: int = 0) -> "BM25Retriever":
+             stopwords: str | None = None, stemmer: str | None = None, n_threads: int = -1) -> "BM25Retriever":
         """BM25 over ``passages`` (a passages.tsv). The index is ``index`` when given, else loaded from
         ``index_dir`` when it is up to date there (built and saved when not), else built in memory.
         BM25 settings default to the project's (k1=0.9, b=0.4, English stopwords and stemming)."""
@@ -127,7 +127,7 @@ class BM25Retriever(Retriever):
     name = "bm25"
 
     def __init__(self, index: "BM25Index", passages: "str | Path | datasets.Dataset | None" = None,
-                 n_threads: int = 0) -> None:
+                 n_threads: int = -1) -> None:
         self.index = index
         self.n_threads = check_int("n_threads", n_threads, -1, MAX_THREADS, " (0 = the calling thread, -1 = all cores)")
         self.store = PassageStore(passages) if passages is not None else None
