@@ -110,3 +110,22 @@ def test_encode_from_the_token_table_equals_encode_from_text(tiny_model_dir, mon
     monkeypatch.setattr("dpr.models.inference._tokenize_rows", lambda *a, **k: pytest.fail("tokenized"))
     got = encode_texts(model, None, TEXTS, "passage", batch_size=4, titles=TITLES, autocast="off", tokens=table)
     assert torch.equal(got, want)
+
+
+def test_the_cache_keeps_digests_of_the_texts_never_the_texts(tok, tmp_path):
+    """A corpus's table on disk is its token ids and 16 bytes a text: no second copy of the corpus."""
+    import numpy as np
+
+    data = tmp_path / "passages.tsv"
+    long_texts = [f"passage {i} " + "word " * 400 for i in range(30)]
+    data.write_text("\n".join(long_texts), encoding="utf-8")
+    table, _ = cached_table(data, "corpus", tok, long_texts, None, max_length=16)
+    [made] = list((tmp_path / "token_cache").iterdir())
+    assert not (made / "keys.json").exists()
+    keys = np.load(made / "keys.npy")
+    assert keys.dtype == np.dtype("S16") and len(keys) == 30 and (made / "keys.npy").stat().st_size < 30 * 16 + 256
+    on_disk = b"".join(p.read_bytes() for p in made.iterdir())
+    assert b"word word" not in on_disk
+    again, reused = cached_table(data, "corpus", tok, long_texts, None, max_length=16)
+    assert reused and again.rows(long_texts[::-1]) == list(range(29, -1, -1))
+    assert again.rows(["passage 0 " + "word " * 399]) is None  # a text differing by one word is not found
