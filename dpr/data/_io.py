@@ -146,6 +146,7 @@ def get_list(path: str | Path, obj: dict, key: str, where: int | str | None, fie
 
 
 _JSON_WS = " \t\r\n"
+_JSON_END = _JSON_WS + ",]"
 
 
 def iter_json_array(path: str | Path, block: int = 1 << 22) -> Iterator[tuple[int, Any]]:
@@ -188,8 +189,8 @@ def iter_json_array(path: str | Path, block: int = 1 << 22) -> Iterator[tuple[in
             while True:
                 try:
                     obj, end = decoder.raw_decode(buf, pos)
-                    # a number or literal cut at the block's end parses short: read on until a delimiter follows
-                    if end < len(buf) or eof:
+                    # a number cut at the block's end ("0" of "0.5") parses short: read on until a delimiter follows
+                    if eof or (end < len(buf) and buf[end] in _JSON_END):
                         break
                 except json.JSONDecodeError as err:
                     if eof:
