@@ -91,7 +91,7 @@ def load(ledger: Path) -> dict:
 
 
 def _refuse(path: Path, name: str, what: str, got: str, want: str, origin: str) -> DataError:
-    fix = f"restore the file, or accept this version with data.sha256.{name}={got}" if what == "sha256" else \
+    fix = f"restore the file, or accept this version with +data.sha256.{name}={got}" if what == "sha256" else \
         "restore the file (or delete it to fetch it again)"
     return DataError(path, f"{name} has {what} {got}, but {origin} says {want}; nothing was replaced: {fix}",
                      field=what)
