@@ -13,6 +13,7 @@ Which flags take a value is read from Hydra's own parser, so a new Hydra flag is
 from __future__ import annotations
 
 import functools
+import re
 from typing import Iterable, Mapping
 
 from dpr.cli.common import rename_overrides
@@ -84,6 +85,22 @@ def model_name_overrides(overrides: Iterable[str]) -> list[str]:
     return out
 
 
+# A LoRA setting typed as a key of its own (``model.lora.r=16``, ``rerank.model.lora.alpha=32``): ``model.lora`` is
+# null unless a preset sets adapters, and Hydra refuses a key under null; forced (``++``) it creates the mapping, or
+# sets the key in a preset's mapping, keeping the preset's other keys.
+LORA_KEY = re.compile(r"^\+{0,2}((?:[\w]+\.)*model\.lora\.\w+)$")
+
+
+def lora_key_overrides(overrides: Iterable[str]) -> list[str]:
+    """``model.lora.<key>=v`` (at any depth: the cross-encoder's ``rerank.model.lora.<key>`` too) → forced."""
+    out = []
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        match = LORA_KEY.match(key) if sep else None
+        out.append(f"++{match.group(1)}={value}" if match else o)
+    return out
+
+
 def hydra_argv(argv: list[str], extra: Mapping[str, str] | None = None,
                renames: Mapping[str, str] | None = None) -> list[str]:
     """``argv`` reordered for Hydra: program, overrides (``renames`` applied, a cross-encoder's model name given
@@ -92,7 +109,7 @@ def hydra_argv(argv: list[str], extra: Mapping[str, str] | None = None,
     overrides, flags = split_argv(argv[1:])
     if renames:
         overrides = rename_overrides(overrides, dict(renames))
-    overrides = model_name_overrides(overrides)
+    overrides = lora_key_overrides(model_name_overrides(overrides))
     # threads=N is a process setting in no command's config (dpr.perf.threads pops it before the schema check)
     overrides = [f"++{o}" if o.partition("=")[0] == "threads" else o for o in overrides]
     given = given_keys(overrides)

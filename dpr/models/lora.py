@@ -26,7 +26,7 @@ class LoraSettings:
     """``model.lora``: rank, scale (``alpha / r`` multiplies the update), adapter dropout, and the module names the
     adapters go on (peft's ``target_modules``; ``all-linear`` for every linear layer but the output)."""
 
-    r: int = setting(16, Int(1, 4096))  # the adapters' rank
+    r: int = setting(16, Int(0, 4096, note="0: no adapters"))  # the adapters' rank (0: off, as null is)
     alpha: float = setting(32.0, Real(0, 1e6, lo_open=True))  # alpha / r scales the update
     dropout: float = setting(0.05, Real(0, 1, hi_open=True))  # dropout on the adapters' input
     target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
@@ -44,15 +44,16 @@ class LoraSettings:
     @classmethod
     def coerce(cls, value: "LoraSettings | Mapping[str, Any] | None",
                label: str = "model.lora") -> "LoraSettings | None":
-        """``value`` as settings (None: no adapters); ``label``: the key the messages name (the cross-encoder's is
-        ``rerank.model.lora``)."""
+        """``value`` as settings (None: no adapters, as null or ``r: 0`` say); ``label``: the key the messages name
+        (the cross-encoder's is ``rerank.model.lora``)."""
         if value is None or isinstance(value, LoraSettings):
-            return value
+            return None if value is not None and value.r == 0 else value
         if not isinstance(value, Mapping):
             raise ValueError(f"{label} must be a mapping of {[f.name for f in dataclasses.fields(cls)]} or null, "
                              f"got {value!r}")
         try:
-            return strict_from_dict(cls, dict(value), "model.lora")
+            settings = strict_from_dict(cls, dict(value), "model.lora")
+            return None if settings.r == 0 else settings
         except ValueError as err:  # the checks name model.lora: say which key it was given as
             raise ValueError(str(err).replace("model.lora", label)) from None
 

@@ -106,7 +106,7 @@ def test_the_pipeline_teacher_takes_lora():
 
 
 @pytest.mark.parametrize("value, message", [
-    ("{r: 0}", r"rerank.model.lora.r must be"),
+    ("{r: -1}", r"rerank.model.lora.r must be"),
     ("{rank: 4}", r"unknown rerank.model.lora config keys \['rank'\]"),
     ("{target_modules: []}", r"rerank.model.lora.target_modules must be a non-empty list"),
     ("16", r"rerank.model.lora must be a mapping"),
