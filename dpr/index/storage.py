@@ -1,13 +1,19 @@
 """Saving and loading an index: ``<path>`` (faiss), ``<path>.ids`` (passage ids) and ``<path>.json`` (metadata).
 
-Each is written aside and renamed (ids, then index, then metadata), so no file is ever half-written;
-`load_index` checks that the ids and the index agree in length.
+The three are one output. Each is written aside and renamed (ids, then index, then metadata), so no file is ever
+half-written; the metadata, moved in last, names the other two (``files``: size and a fingerprint of each), and
+`load_index` refuses an index whose files are not the ones its metadata names: a build killed between the moves
+(or a file copied in from another build) leaves new ids beside an old index, or a new index beside old metadata,
+which would otherwise search with exit 0 and return the wrong passages. An index saved before the metadata named
+its files loads as before (its ids and vectors must agree in number).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,37 @@ def meta_path(path: str | Path) -> Path:
     return Path(str(path) + ".json")
 
 
+_BLOCK, _BLOCKS = 1 << 12, 64  # a file's fingerprint: its size, first and last 64 KiB and 64 blocks between
+
+
+def file_fingerprint(path: str | Path) -> dict:
+    """``{"bytes", "sampled_sha256"}`` of ``path``: sha256 over its size, its first and last 64 KiB and 64 blocks
+    spread between. Reads at most ~400 KiB of any file (a many-GB index loads memory-mapped); two builds' indexes
+    differ in every block of vectors, so a file of another build is told apart."""
+    size = os.path.getsize(path)
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        if size <= 2 * (1 << 16) + _BLOCKS * _BLOCK:
+            h.update(f.read())
+        else:
+            offsets = [0, *(size * i // (_BLOCKS + 1) for i in range(1, _BLOCKS + 1)), size - (1 << 16)]
+            for i, off in enumerate(offsets):
+                f.seek(off)
+                h.update(f.read(1 << 16 if i in (0, len(offsets) - 1) else _BLOCK))
+    return {"bytes": size, "sampled_sha256": h.hexdigest()}
+
+
+def check_index_files(path: str | Path, meta: dict) -> None:
+    """Raise :class:`DataError` (one line) when the index or its ids are not the files ``meta`` names."""
+    files = meta.get("files")
+    if not isinstance(files, dict):
+        return  # saved before the metadata named its files
+    for role, file in (("index", Path(path)), ("ids", ids_path(path))):
+        if files.get(role) != file_fingerprint(file):
+            raise DataError(file, f"not the {role} file {meta_path(path).name} names (files of two builds: one was "
+                            "interrupted or a file was copied in); build the index again with dpr-index", field="files")
+
+
 def save_index(index: faiss.Index, ids: list[str], path: str | Path, meta: dict | None = None) -> int:
     """Write the index (copied to CPU if it lives on GPUs) and its ids; returns the index file size."""
     path = Path(path)
@@ -46,7 +83,8 @@ def save_index(index: faiss.Index, ids: list[str], path: str | Path, meta: dict 
         size = tmp.stat().st_size
     meta["bytes"] = size
     meta["bytes_per_passage"] = round(size / max(cpu_index.ntotal, 1), 2)
-    write_json_atomic(meta_path(path), meta)
+    meta["files"] = {"index": file_fingerprint(path), "ids": file_fingerprint(ids_path(path))}
+    write_json_atomic(meta_path(path), meta)  # last: until it is in place, the files are not its files
     log.info("saved %s: %d passages, %.1f bytes/passage", path, cpu_index.ntotal, meta["bytes_per_passage"])
     return size
 
@@ -77,6 +115,7 @@ def load_index(path: str | Path, device: str = "cpu", nprobe: int | None = None,
 
         if (found := from_shards(path, search_dtype)) is not None:
             return found
+    check_index_files(path, read_index_meta(path))
     flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
     index = faiss.read_index(str(path), flags)
     ids = read_ids(ids_path(path))
