@@ -197,6 +197,8 @@ def run_pipeline(cfg: DictConfig) -> dict:
         raise ValueError(f"until must be null (every stage) or train, got {until!r}")
     split_rounds(plain(cfg.train))  # train.rounds and the remine settings: checked before any stage runs
     dense = dense_config(cfg)  # dense.dim / dense.dims: checked before any stage runs
+    from dpr.models.backbone import check_trainable_dtype
+    check_trainable_dtype(cfg.model.get("dtype", "fp32"), cfg.model.get("lora"))  # before any stage runs
     scale = strict_from_dict(ScaleConfig, plain(cfg.get("scale") or {}), "scale").check()
     RemineConfig.from_dict(plain(cfg.get("remine")))
     if cfg.get("teacher"):  # the teacher's settings checked before any stage runs

@@ -128,11 +128,13 @@ def _checked_start(cfg: DictConfig, out: str) -> None:
     from dpr.cli.schemas import SCHEMAS, check_config
 
     from dpr.data.dataset import DatasetPaths
+    from dpr.models.backbone import check_trainable_dtype
     from dpr.models.biencoder import BiEncoderConfig
 
     check_config(cfg, SCHEMAS["train"])
     check_steps(cfg)
-    BiEncoderConfig.from_dict(plain(cfg.model))  # the model keys' ranges
+    model_cfg = BiEncoderConfig.from_dict(plain(cfg.model))  # the model keys' ranges
+    check_trainable_dtype(model_cfg.dtype, model_cfg.lora)  # bf16 weights train only as LoRA
     paths = DatasetPaths.of(cfg.data_dir, cfg.data.name)
     train_file = Path(cfg.get("train_file") or paths.train)  # as dpr.training.train resolves it
     if not train_file.is_file():

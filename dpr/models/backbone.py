@@ -3,7 +3,9 @@
 What differs between the two families is settled here, once:
 
 - **weights dtype** (``model.dtype``): ``fp32`` (the default; transformers 5 would otherwise keep a half-precision
-  checkpoint's dtype) or ``bf16`` (half the memory: two 7B towers in fp32 need ~56 GB);
+  checkpoint's dtype) or ``bf16`` (half the memory: two 7B towers in fp32 need ~56 GB). Training in bf16 weights
+  is for LoRA only (`check_trainable_dtype`): the optimizer would add its updates to bf16 weights, whose 8-bit
+  mantissa rounds an update smaller than 1/256 of the weight away, so most weights would never change;
 - **gradient checkpointing** (``model.gradient_checkpointing``): activations recomputed in the backward pass;
 - **padding side** (``model.padding_side``): ``auto`` pads decoders on the left (the last real token sits at the
   end of every row) and leaves an encoder's tokenizer as it is; decoders get position ids from the attention
@@ -25,6 +27,17 @@ PADDING_SIDES = ("auto", "left", "right")
 # model_type values of decoder-only families; any config whose architectures end in ForCausalLM counts too.
 DECODER_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi",
                            "phi3", "gpt2", "gpt_neox", "opt", "falcon", "olmo", "olmo2", "stablelm", "starcoder2"})
+
+
+def check_trainable_dtype(dtype: str, lora: Any, key: str = "model") -> None:
+    """Refuse (ValueError, one line) training a whole model whose weights are bf16: AdamW's steps (lr x ~1) are far
+    below half a bf16 ulp of most weights, so they round away and most weights never change. LoRA adapters are
+    created in fp32 on a frozen bf16 base, so they train; fp32 weights train under bf16 autocast as well."""
+    if dtype == "bf16" and not lora:
+        raise ValueError(f"{key}.dtype=bf16 trains only LoRA adapters: with {key}.lora=null every weight is bf16 "
+                         "and most of AdamW's updates round away (smaller than half a bf16 step of the weight); "
+                         f"train with {key}.dtype=fp32 (precision=auto still computes in bf16 where the CPU/GPU "
+                         f"has it) or set {key}.lora")
 
 
 def is_decoder_config(config: Any) -> bool:

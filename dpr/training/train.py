@@ -24,6 +24,7 @@ from dpr.data.dataset import DatasetPaths
 from dpr.losses import build_loss
 from dpr.model_card import write_model_card
 from dpr.models import load_biencoder, save_biencoder
+from dpr.models.backbone import check_trainable_dtype
 from dpr.models.dropout import set_attention_dropout
 from dpr.models.freeze import freeze_bottom_layers
 from dpr.perf.malloc import keep_freed_memory
@@ -105,6 +106,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     resolved = {"multi_positive": tc.multi_positive_for(kind), "best_metric": tc.best_metric_for(kind)}
 
     model_cfg = dict(conf["model"])
+    check_trainable_dtype(model_cfg.get("dtype", "fp32"), model_cfg.get("lora"))
     model, tokenizer = load_biencoder(model_cfg.pop("name"), **model_cfg)
     model.to(device).train()
     mcfg = model.config
