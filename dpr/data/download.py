@@ -24,7 +24,7 @@ from typing import BinaryIO, Callable
 
 from tqdm.auto import tqdm
 
-from dpr.atomic import atomic_path
+from dpr.atomic import atomic_path, path_lock
 from dpr.data.ledger import Digest, Tap
 from dpr.errors import DataError
 
@@ -99,16 +99,24 @@ def inflate_file(src: Path, dest: Path, gunzip: bool = True, check: Callable[[Fe
 
 
 def download(url: str, dest: Path, gunzip: bool, attempts: int | None = None,
-             check: Callable[[Fetched], None] | None = None) -> Fetched:
+             check: Callable[[Fetched], None] | None = None) -> Fetched | None:
     """Download ``url`` into ``dest`` (gunzipped when ``gunzip``), resuming a part left by an earlier run.
 
     ``check(fetched)`` runs before the file is moved onto ``dest``: when it raises, ``dest`` is untouched and
     the download is discarded. After ``attempts`` (default `ATTEMPTS`) failed tries the part is kept for the
-    next run.
+    next run. None: another process finished the same download while this one waited for its lock.
     """
     attempts = attempts or ATTEMPTS
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    with path_lock(dest):  # re-entrant: atomic_path below takes the same lock
+        if dest.is_file():
+            return None
+        return _download_locked(url, dest, gunzip, attempts, check)
+
+
+def _download_locked(url: str, dest: Path, gunzip: bool, attempts: int,
+                     check: Callable[[Fetched], None] | None) -> Fetched:
     part = dest.with_name(dest.name + (".gz.part" if gunzip else ".part"))
     with atomic_path(dest) as tmp:
         with open(tmp, "wb") as out:

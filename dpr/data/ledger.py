@@ -14,6 +14,7 @@ the size, mtime and inode it was computed for, and hashes again only when one of
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from dpr.atomic import write_json_atomic
+from dpr.atomic import atomic_path
 from dpr.data._io import load_json_file
 from dpr.errors import DataError
 
@@ -154,16 +155,19 @@ def record(ledger: Path, name: str, path: Path, digest: Digest, source: dict | N
            sig: dict | None = None) -> None:
     """Write ``path``'s entry: the recorded digest (when ``replace``) and the version it was last hashed at."""
     path = path.resolve()
-    data = load(ledger)
-    entry = data["files"].get(str(path)) or {}
-    if replace or not entry:
-        entry = {"name": name, **digest.as_dict(), "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 **({"source": source} if source else {})}
     sig = sig or _signature(path)
-    entry["seen"] = {**sig, "sha256": digest.sha256, "lines": digest.lines}
-    data["files"][str(path)] = entry
     ledger.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(ledger, data)
+    with atomic_path(ledger) as tmp:  # read, change and write under the ledger's lock: no entry lost to a race
+        data = load(ledger)
+        entry = data["files"].get(str(path)) or {}
+        if replace or not entry:
+            entry = {"name": name, **digest.as_dict(), "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                     **({"source": source} if source else {})}
+        entry["seen"] = {**sig, "sha256": digest.sha256, "lines": digest.lines}
+        data["files"][str(path)] = entry
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False, indent=2)
+            f.write("\n")
 
 
 def entry_of(ledger: Path, path: Path) -> dict | None:

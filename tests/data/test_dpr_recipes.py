@@ -222,3 +222,18 @@ def test_dpr_data_cli_refuses_a_bad_pin_in_one_line(site, tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if "error" in ln]
     assert len(lines) == 1 and "nq-test.qa.csv" in lines[0] and "ab" * 32 in lines[0], proc.stderr[-2000:]
     assert not (tmp_path / "data" / "dpr_nq").exists()
+
+
+def test_two_processes_preparing_at_once_download_each_file_once(site, tmp_path):
+    """Two ranks (threads here: the writer lock treats them as processes) prepare the same dataset at once:
+    the second waits for the first's download instead of fetching the file again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    site.cuts[PSGS] = 200  # slows the first download down (a retry) while the other waits
+    cfgs = [_cfg(tmp_path, base_url=site.url, name=f"dpr_nq_{i}") for i in range(2)]
+    with ThreadPoolExecutor(2) as pool:
+        roots = list(pool.map(lambda c: prepare_dataset(c, tmp_path / "data"), cfgs))
+    gets = [p for p, r in site.requests if r is None]
+    assert sorted(gets) == sorted(set(gets)) and len(gets) == 4  # one whole-file request per published file
+    for root in roots:
+        _check_prepared(root, tmp_path / "cache" / "dpr" / "psgs_w100.tsv")

@@ -135,6 +135,8 @@ def _resolve(name: str, local: str | None, mirror: str | Path | None, cache_dir:
     url = f"{base}/{PUBLISHED[name]}"
     log.info("%s: downloading %s", name, url)
     fetched = download(url, dest, is_gzip(name), check=_checker(dest, name, gz, pin, gz_pin, ledger))
+    if fetched is None:  # another process (a second rank) downloaded it meanwhile
+        return dest, verify(ledger, name, dest, pin, gz, gz_pin)
     record(ledger, name, dest, fetched.digest, fetched.source)
     return dest, fetched.digest
 
