@@ -121,3 +121,31 @@ def test_one_shard_when_the_corpus_fits(tiny_data_dir, tmp_path):
     assert not (tmp_path / "idx" / "shards").exists()
     with pytest.raises(ValueError, match="shard_passages"):
         bm25.build_index(passages, shard_passages=0)
+
+
+def test_search_and_mining_use_every_core_by_default(tiny_data_dir, monkeypatch):
+    import importlib
+    import inspect
+    import threading
+    import time
+
+    from dpr.negatives import bm25 as mining
+    from dpr.retrieval import BM25Retriever
+
+    search_mod = importlib.import_module("dpr.bm25.search")
+    index = bm25.build_index(tiny_data_dir / "tiny" / "passages.tsv")
+    monkeypatch.setattr(search_mod, "available_cores", lambda: 4)
+    seen, real = set(), search_mod._top_batch
+
+    def spy(*args, **kwargs):
+        seen.add(threading.get_ident())
+        time.sleep(0.05)  # each batch outlasts the submission of the next: the pool starts more threads
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(search_mod, "_top_batch", spy)
+    rows, _ = bm25.search_indices(index, ["capital of hawaii"] * 40, k=3, show_progress=False)
+    assert len(seen) > 1 and threading.get_ident() not in seen and rows.shape == (40, 3)
+    # what the pipeline builds (no n_threads given): every core
+    assert BM25Retriever(index).n_threads == -1
+    for fn in (mining.mine_hard_negatives, mining.mine_dataset):
+        assert inspect.signature(fn).parameters["n_threads"].default == -1
