@@ -105,6 +105,10 @@ class Retriever:
         """`search_ids` with checked arguments: what each retriever implements."""
         raise NotImplementedError
 
+    def passage_ids(self) -> Sequence[str] | None:
+        """The ids of the passages it searches (its index's), or None where unknown."""
+        return None
+
     def search(self, questions: Sequence[str] | str, k: int = 10) -> list[list[Hit]]:
         """The top ``k`` passages per question (a single string is one question), best first, with
         titles and texts."""
@@ -142,6 +146,9 @@ class BM25Retriever(Retriever):
         rows, scores = search_indices(self.index, questions, k, n_threads=self.n_threads)
         ids = self.index.ids
         return [[(ids[r], float(s)) for r, s in zip(rr, ss)] for rr, ss in zip(rows.tolist(), scores.tolist())]
+
+    def passage_ids(self) -> Sequence[str] | None:
+        return self.index.ids
 
 
 class DenseRetriever(Retriever):
@@ -229,6 +236,9 @@ class DenseRetriever(Retriever):
                               progress=len(questions) > self.search_batch_size)
         return [[(pid, float(s)) for pid, s in zip(row, srow)] for row, srow in zip(hits, scores.tolist())]
 
+    def passage_ids(self) -> Sequence[str] | None:
+        return self.ids
+
 
 class HybridRetriever(Retriever):
     """Per-question fusion of a BM25 and a dense retriever (`dpr.retrieval.fusion.fuse_ranked`, the rule that
@@ -249,6 +259,7 @@ class HybridRetriever(Retriever):
             if not isinstance(r, Retriever):
                 raise TypeError(f"{name} must be a Retriever (Retriever.bm25 / Retriever.dense), "
                                 f"got {type(r).__name__}")
+        check_same_passages(bm25, dense)
         self.bm25_retriever, self.dense_retriever = bm25, dense
         self.how: dict[str, Any] = ({"k_rrf": check_k_rrf(k_rrf)} if fusion == "rrf"
                                     else {"weight": check_weight(weight), "normalize": check_normalize(normalize)})
@@ -262,3 +273,22 @@ class HybridRetriever(Retriever):
         b = self.bm25_retriever._search_ids(questions, depth)
         d = self.dense_retriever._search_ids(questions, depth)
         return [fuse_ranked(br, dr, k, **self.how) for br, dr in zip(b, d)]
+
+    def passage_ids(self) -> Sequence[str] | None:
+        return self.dense_retriever.passage_ids()
+
+
+def check_same_passages(bm25: Retriever, dense: Retriever) -> None:
+    """Refuse (ValueError, one line) to fuse retrievers over different passages: a fused score adds a BM25 score of
+    one corpus to a dense score of another, and passages that only one of them holds are ranked by half a score."""
+    a, b = bm25.passage_ids(), dense.passage_ids()
+    if a is None or b is None or list(a) == list(b):
+        return
+    only_a, only_b = set(a) - set(b), set(b) - set(a)
+    if not only_a and not only_b and len(a) == len(b):
+        return  # the same passages, in another order
+    example = (f"{next(iter(sorted(only_a)))!r} only in the BM25 index" if only_a
+               else f"{next(iter(sorted(only_b)))!r} only in the dense index" if only_b else "repeated ids")
+    raise ValueError(f"hybrid: the BM25 index holds {len(a)} passages and the dense index {len(b)}, not the same "
+                     f"passages ({len(only_a)} only in BM25, {len(only_b)} only in dense; e.g. {example}): build "
+                     "both from one passages file")

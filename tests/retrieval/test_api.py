@@ -178,3 +178,19 @@ def test_a_single_string_is_one_question(cli_results):
     assert bm25.search_ids(q, 3) == bm25.search_ids([q], 3) and len(bm25.search_ids(q, 3)) == 1
     assert [h.id for h in bm25.search(q, 3)[0]] == [p for p, _ in bm25.search_ids([q], 3)[0]]
     assert bm25.search_ids([], 3) == [] and bm25.search_ids((q,), 3) == bm25.search_ids([q], 3)
+
+
+def test_hybrid_refuses_a_bm25_index_of_other_passages(cli_results, tiny_model_dir, tmp_path):
+    """Fusing a BM25 index of one passages file with a dense index of another is refused in one line (before, it
+    fused the two without a word, half the passages scored by one retriever only)."""
+    from dpr import Retriever
+
+    root, psg = cli_results
+    other = tmp_path / "other.tsv"
+    lines = psg.read_text(encoding="utf-8").splitlines()
+    other.write_text("\n".join(lines[:-1]) + "\nextra1\tan extra passage about nothing\tExtra\n", encoding="utf-8")
+    dense = Retriever.dense(tiny_model_dir, root / "index.faiss", passages=psg, autocast="off")
+    with pytest.raises(ValueError, match=r"not the same passages \(1 only in BM25, 1 only in dense; e.g. 'extra1'") \
+            as err:
+        Retriever.hybrid(Retriever.bm25(other), dense, weight=0.5)
+    assert "\n" not in str(err.value)
