@@ -178,8 +178,9 @@ def _transfer(url: str, part: Path, keep: BinaryIO, raw: Tap, sink: _Sink, attem
                 total = raw.size + int(length) if length is not None else None
                 with tqdm(total=total, initial=raw.size, unit="B", unit_scale=True, desc=part.name[:-5],
                           disable=None) as bar:
-                    while block := resp.read(BLOCK):
+                    while block := resp.read1(BLOCK):  # what has arrived: a stalled server loses us nothing
                         keep.write(block)
+                        keep.flush()  # on disk before it counts: a killed run resumes from what is there
                         raw.update(block)
                         if sink.inflater is not None:
                             sink.write(block)

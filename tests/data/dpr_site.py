@@ -133,9 +133,15 @@ class _Handler(BaseHTTPRequestHandler):
         body = data[start:]
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        stall = self.server.stalls.get(self.path)
+        if stall is not None and start < stall:
+            self.wfile.write(body[: stall - start])
+            self.wfile.flush()
+            self.server.release.wait(60)  # holds the connection open, sending nothing more
+            return
         cut = self.server.cuts.get(self.path)
         if cut is not None and start < cut:
-            self.server.cuts.pop(self.path) if not self.server.cut_always else None
+            self.server.cuts.pop(self.path)  # once: the retry gets the rest
             self.wfile.write(body[: cut - start])
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)  # the connection drops mid-file
@@ -152,7 +158,8 @@ class SiteServer(ThreadingHTTPServer):
         self.root = root
         self.requests: list[tuple[str, str | None]] = []
         self.cuts: dict[str, int] = {}  # url path -> byte offset where the connection drops (once)
-        self.cut_always = False
+        self.stalls: dict[str, int] = {}  # url path -> byte offset where the server stops sending (until release)
+        self.release = threading.Event()
         self.ranges = True  # False: a server that ignores Range (always 200, whole file)
 
     @property
@@ -168,6 +175,7 @@ def serve(root: Path) -> Iterator[SiteServer]:
     try:
         yield server
     finally:
+        server.release.set()
         server.shutdown()
         server.server_close()
         thread.join()

@@ -20,8 +20,9 @@ from dpr.errors import DataError  # noqa: E402
 
 # DPR's questions and answers: any text without tabs or line breaks (its files hold none), quotes and
 # backslashes included, with something besides spaces in it
-_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\t\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),
-                min_size=1, max_size=30).filter(lambda s: s.strip())
+_BREAKS = "\t\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines() and the tab split cut on
+_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=_BREAKS), min_size=1,
+                max_size=30).filter(lambda s: s.strip())
 _pairs = st.lists(st.tuples(_text, st.lists(_text, min_size=1, max_size=4)), min_size=1, max_size=8)
 _settings = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,8 @@ def _check_prepared(root: Path, passages_target: Path) -> None:
     test = read_qa_tsv(root / "test.qa.tsv")
     assert [(p.question, p.answers) for p in test] == [(q, a) for q, a, _ in TEST_QA]
     meta = json.loads((root / "meta.json").read_text())
-    assert meta["counts"]["passages"] == len(PASSAGES) and meta["counts"]["questions"] == {"train": 8, "dev": 4, "test": 9}
+    assert meta["counts"]["passages"] == len(PASSAGES)
+    assert meta["counts"]["questions"] == {"train": 8, "dev": 4, "test": 9}
     assert meta["outputs"]["passages.tsv"]["link"] == str(passages_target.resolve())
 
 
@@ -134,7 +136,8 @@ def test_an_edited_file_is_refused_on_the_next_run(site, tmp_path):
         prepare_dataset(_cfg(tmp_path, base_url=site.url), tmp_path / "data")
     cached.write_bytes(edited)
     # the user accepts the edited version by pinning its digest: the ledger now holds it, the dataset is rebuilt
-    prepare_dataset(_cfg(tmp_path, base_url=site.url, sha256={"nq-test.qa.csv": sha256_file(cached)}), tmp_path / "data")
+    accept = {"nq-test.qa.csv": sha256_file(cached)}
+    prepare_dataset(_cfg(tmp_path, base_url=site.url, sha256=accept), tmp_path / "data")
     assert "Lyon!" in (root / "test.qa.tsv").read_text()
     prepare_dataset(_cfg(tmp_path, base_url=site.url), tmp_path / "data")  # and later runs accept it unpinned
 
@@ -237,3 +240,36 @@ def test_two_processes_preparing_at_once_download_each_file_once(site, tmp_path)
     assert sorted(gets) == sorted(set(gets)) and len(gets) == 4  # one whole-file request per published file
     for root in roots:
         _check_prepared(root, tmp_path / "cache" / "dpr" / "psgs_w100.tsv")
+
+
+def test_a_killed_download_resumes_where_it_stopped(site, tmp_path):
+    """``dpr-data`` killed (SIGKILL) while the server is part-way through psgs_w100.tsv.gz: the bytes it had are
+    on disk, nothing else is; the next run asks for the rest only."""
+    site.stalls[PSGS] = 200
+    cmd = [str(DPR_DATA), "data=dpr_nq", f"data.base_url={site.url}", f"data.cache_dir={tmp_path / 'cache'}",
+           "data.mirror_dir=null", f"data_dir={tmp_path / 'data'}"]
+    part = tmp_path / "cache" / "dpr" / "psgs_w100.tsv.gz.part"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (part.is_file() and part.stat().st_size == 200):
+            assert proc.poll() is None and time.monotonic() < deadline, "the download never reached the stall"
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert part.read_bytes() == published()[PSGS[1:]][:200]
+    assert not (tmp_path / "cache" / "dpr" / "psgs_w100.tsv").exists() and not (tmp_path / "data" / "dpr_nq").exists()
+    site.stalls.clear()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [r for p, r in site.requests if p == PSGS] == [None, "bytes=200-"]
+    assert not part.exists()
+    _check_prepared(tmp_path / "data" / "dpr_nq", tmp_path / "cache" / "dpr" / "psgs_w100.tsv")
+
+
+def test_a_missing_file_on_the_server_is_one_line(site, tmp_path):
+    (tmp_path / "site" / TEST_CSV.lstrip("/")).unlink()
+    with pytest.raises(DataError, match=r"nq-test.qa.csv: field 'url': download failed \(HTTP 404") as err:
+        prepare_dataset(_cfg(tmp_path, base_url=site.url), tmp_path / "data")
+    assert "\n" not in str(err.value) and not (tmp_path / "data" / "dpr_nq").exists()

@@ -91,7 +91,8 @@ def build(cfg: dict, files: dict[str, Path], out: Path, sources: dict[str, dict]
     convert_biencoder(files["dev"], out / "dev.json", detail, qa=dev_qa)
     write_qa_tsv(out / "dev.qa.tsv", dev_qa)
     n_test = convert_qa(files["test"], out / "test.qa.tsv")
-    lines = next((s["lines"] for s in (sources or {}).values() if s.get("path") == str(files["passages"].resolve())), None)
+    target = str(files["passages"].resolve())
+    lines = next((s["lines"] for s in (sources or {}).values() if s.get("path") == target), None)
     return {
         "counts": {"passages": lines - 1 if lines else None,
                    "questions": {"train": n_train, "dev": len(dev_qa), "test": n_test}, **detail},
