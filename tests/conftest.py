@@ -9,6 +9,11 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+# dpr before torch, as in the commands: OpenMP's threads then wait passively (OMP_WAIT_POLICY=PASSIVE) instead of
+# spinning against the other worker on a 2-core machine, and a command run in-process (tests/run_command.py) has
+# nothing to warn about on that account that its installed script would not
+import dpr  # noqa: F401,E402
+
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 # Property tests assert behaviour, not speed: hypothesis's default 200 ms deadline per example fails them on a
