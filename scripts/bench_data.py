@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -20,4 +21,8 @@ def find_dataset(data_dir: Path, name: str, prefix: str = "bench_") -> Path:
     mirror = os.environ.get("DPR_DATA_MIRROR") or str(REPO.parent / "shared" / "data")
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     log.info("%s not prepared under %s: preparing it into %s", name, data_dir, tmp)
-    return prepare_dataset({"name": name}, tmp, mirror_dir=mirror if Path(mirror).is_dir() else None)
+    try:
+        return prepare_dataset({"name": name}, tmp, mirror_dir=mirror if Path(mirror).is_dir() else None)
+    except BaseException:  # an unknown name, no mirror: no empty temp dir left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

