@@ -273,3 +273,19 @@ def test_a_missing_file_on_the_server_is_one_line(site, tmp_path):
     with pytest.raises(DataError, match=r"nq-test.qa.csv: field 'url': download failed \(HTTP 404") as err:
         prepare_dataset(_cfg(tmp_path, base_url=site.url), tmp_path / "data")
     assert "\n" not in str(err.value) and not (tmp_path / "data" / "dpr_nq").exists()
+
+
+def test_bad_dpr_files_are_one_line_errors_naming_file_and_record(tmp_path):
+    mirror = write_mirror(tmp_path / "mirror", decompressed=("psgs_w100.tsv", "biencoder-nq-dev.json"))
+    psgs, dev = mirror / "dpr" / "psgs_w100.tsv", mirror / "dpr" / "biencoder-nq-dev.json"
+    good = psgs.read_bytes()
+    psgs.write_bytes(good.replace(b"id\ttext\ttitle", b"id\ttitle\ttext", 1))
+    with pytest.raises(DataError, match=r"psgs_w100.tsv:1: field 'header'"):
+        prepare_dataset(_cfg(tmp_path, mirror_dir=str(mirror)), tmp_path / "data")
+    psgs.write_bytes(good)
+    examples = json.loads(dev.read_text())
+    del examples[2]["hard_negative_ctxs"][1]["text"]
+    dev.write_text(json.dumps(examples, indent=4))
+    with pytest.raises(DataError, match=r"biencoder-nq-dev.json:record 2: field 'hard_negative_ctxs\[1\].text'"):
+        prepare_dataset(_cfg(tmp_path / "two", mirror_dir=str(mirror)), tmp_path / "data")
+    assert not (tmp_path / "data" / "dpr_nq").exists()

@@ -29,12 +29,20 @@ KIND = "qa"
 
 
 def link_passages(src: Path, dest: Path) -> None:
-    """``dest`` → ``src`` (absolute), after checking ``src``'s header."""
+    """``dest`` → ``src`` (absolute; a hard link where symbolic ones are not possible), after checking
+    ``src``'s header."""
     with open(src, "rb") as f:
         first = f.readline().decode("utf-8", errors="replace").rstrip("\r\n").lstrip("\ufeff")
     if tuple(h.strip() for h in first.split("\t")) != HEADER:
         raise DataError(src, f"expected header 'id<TAB>text<TAB>title', got {first[:80]!r}", line=1, field="header")
-    os.symlink(src.resolve(), dest)
+    try:
+        os.symlink(src.resolve(), dest)
+    except OSError as err:  # a file system without symbolic links: a hard link is no copy either
+        try:
+            os.link(src.resolve(), dest)
+        except OSError:
+            raise DataError(dest, f"cannot link to {src} ({err.strerror}): put data_dir on a file system with "
+                            "links, or on the same one as the passages", field="passages") from None
 
 
 def normalize_example(path: Path, ex: object, i: int) -> dict:
