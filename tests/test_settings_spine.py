@@ -46,7 +46,7 @@ def test_a_declared_rule_is_checked_in_one_line():
 
 
 @pytest.mark.parametrize("cls,label,key,value", [
-    (LoraSettings, "model.lora", "r", 0),
+    (LoraSettings, "model.lora", "r", -1),
     (RemineConfig, "remine", "bm25_share", 1.5),
     (RerankScoreConfig, "rerank.score", "k", 0),
 ])
@@ -55,3 +55,18 @@ def test_the_commands_messages_are_unchanged(cls, label, key, value):
     setattr(obj, key, value)
     with pytest.raises(ValueError, match=rf"^{re.escape(label)}\.{key} must be "):
         check_fields(obj, label)
+
+
+def test_model_presets_state_only_what_differs_from_the_defaults():
+    """Each conf/model preset extends BiEncoderConfig's defaults (``model_base``) and states its name and the keys it
+    changes, nothing more: a default restated in eight files is eight places to forget when it changes."""
+    import yaml
+
+    defaults = dataclasses.asdict(BiEncoderConfig())
+    presets = sorted((PACKAGE.parent / "conf" / "model").glob("*.yaml"))
+    assert presets
+    for path in presets:
+        data = yaml.safe_load(path.read_text())
+        assert data["defaults"] == [{"/model_base@_here_": "default"}, "_self_"], path.name
+        restated = sorted(k for k, v in data.items() if k not in ("defaults", "name") and v == defaults[k])
+        assert restated == [], f"{path.name} restates defaults {restated}"

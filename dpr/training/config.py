@@ -52,7 +52,8 @@ class TrainConfig:
     corpus_sample: int | None = None     # > 0: the frozen-index phase and corpus negatives use a seeded sample of
                                          # this many passages (always with every passage the training questions
                                          # name), not the whole corpus: their memory and time no longer grow with
-                                         # it (null: the whole corpus)
+                                         # it (null: the whole corpus up to 500,000 passages, a sample of 500,000
+                                         # above: dpr/training/corpus_sample.py)
     # --- partial fine-tuning (dpr/models/freeze.py)
     passage_frozen_layers: int = 0       # the passage tower's embeddings + first N layers get no gradient
                                          # (separate towers): its backward stops at layer N, a cheaper step
@@ -198,7 +199,7 @@ TRAIN_RANGES: dict[str, Range] = {
     "corpus_refresh_every": Int(0, note="0: at start and at validations"),
     "corpus_max_passages": Int(0, note="0: always FAISS top-k candidates"),
     "corpus_topk": Int(1),
-    "corpus_sample": Int(1, optional=True, note="null: the whole corpus"),
+    "corpus_sample": Int(1, optional=True, note="null: the whole corpus up to 500,000 passages"),
     "passage_frozen_layers": Int(0, note="0: none frozen"),
     # reals beyond these bounds are no learning rate: AdamW diverges at once, or torch cannot even apply them
     # in fp32 ("value cannot be converted to type float without overflow" at lr 1e300)
@@ -265,3 +266,12 @@ def register_schema() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(group="train", name="schema", node=TrainConfig)
+    # model_base/default: BiEncoderConfig's defaults, under every conf/model preset (which states only what differs,
+    # and always its model name: a preset's `name: ???` must stay required, which a merge over a name would lose)
+    import dataclasses
+
+    from dpr.config import register_defaults
+    from dpr.models.biencoder import BiEncoderConfig
+
+    keys = [f.name for f in dataclasses.fields(BiEncoderConfig) if f.name != "name"]
+    register_defaults("model_base", "default", BiEncoderConfig, keys=keys)
