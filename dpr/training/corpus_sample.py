@@ -22,6 +22,23 @@ from tqdm import tqdm
 log = logging.getLogger(__name__)
 
 
+# Above this many passages a run without train.corpus_sample samples this many: the whole corpus would hold its texts,
+# token ids, vectors and a FAISS copy in every rank (~240 GB at 21M 768-d passages)
+WHOLE_CORPUS_MAX = 500_000
+
+
+def auto_sample_size(passages: str | Path, limit: int = WHOLE_CORPUS_MAX) -> int | None:
+    """``train.corpus_sample=null``: None (the whole corpus) up to ``limit`` passages, else ``limit`` (logged)."""
+    from dpr.data.passages import count_passages
+
+    n = count_passages(passages)
+    if n <= limit:
+        return None
+    log.warning("%s: %d passages > %d: the frozen-index phase / corpus negatives use a seeded sample of %d "
+                "(train.corpus_sample sets its size)", passages, n, limit, limit)
+    return limit
+
+
 class CorpusSample(NamedTuple):
     """The sampled passages in file order: ids, texts, titles, and each one's row in the passages file."""
 

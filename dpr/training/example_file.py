@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from dpr.data.retriever_json import relevant_ids, validate_example
+from dpr.data.retriever_json import validate_example
 from dpr.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -113,8 +113,7 @@ class ExampleFile(Sequence[dict]):
         records, starts, ends, mined = [], [], [], []
         self.positive_ids: list[frozenset[str]] = []
         self.topics: list[str] = []
-        self.relevant: list[frozenset[str]] = []
-        first: dict[str, tuple[int, int, int]] = {}  # passage id -> (example, ctx list, position) of first sight
+        first: dict[str, int] = {}  # passage id -> where it is first named (_where_code: one int, not a tuple)
         skipped = 0
         for rec, start, end, obj in _scan(self.path):
             ex = validate_example(self.path, obj, rec)
@@ -127,11 +126,12 @@ class ExampleFile(Sequence[dict]):
             ends.append(end)
             self.positive_ids.append(frozenset(c["passage_id"] for c in ex["positive_ctxs"]))
             self.topics.append(str(ex["positive_ctxs"][0].get("title") or ""))
-            self.relevant.append(relevant_ids(ex))
             mined.append(_mined_count(ex, other_negatives))
             for li, key in enumerate(POOL_KEYS):
+                if len(ex[key]) >= 1 << 20:
+                    raise DataError(self.path, f"{len(ex[key])} passages in one list", line=f"record {rec}", field=key)
                 for j, c in enumerate(ex[key]):
-                    first.setdefault(c["passage_id"], (k, li, j))
+                    first.setdefault(c["passage_id"], (k << 22) | (li << 20) | j)
         if skipped:
             log.info("%s: skipped %d of %d examples without a positive passage", self.path, skipped,
                      skipped + len(records))
@@ -142,8 +142,10 @@ class ExampleFile(Sequence[dict]):
         self._ends = np.asarray(ends, dtype=np.int64)
         self._mined = np.asarray(mined, dtype=np.int64)
         ids = sorted(first)
-        self._pool_ids = ids
-        self._pool_where = np.asarray([first[i] for i in ids], dtype=np.int64).reshape(-1, 3)
+        codes = np.fromiter((first[i] for i in ids), dtype=np.int64, count=len(ids))
+        del first
+        self._pool_ids = PassageIds(ids)
+        self._pool_where = np.stack([codes >> 22, (codes >> 20) & 3, codes & ((1 << 20) - 1)], axis=1)
         self.parsed = 0
         self._fd = os.open(self.path, os.O_RDONLY)
 
@@ -177,13 +179,31 @@ class ExampleFile(Sequence[dict]):
         """Each question's count of distinct mined negatives that are not its own positives."""
         return self._mined
 
-    def pool_locations(self) -> tuple[list[str], np.ndarray]:
+    def pool_locations(self) -> tuple[Sequence[str], np.ndarray]:
         """Every passage any example names, sorted by id, and where its first mention is: ``[n, 3]`` rows of
         (example, ctx list in :data:`POOL_KEYS`, position)."""
         return self._pool_ids, self._pool_where
 
 
 POOL_KEYS = ("positive_ctxs", "hard_negative_ctxs", "negative_ctxs")  # NegativePool's order of first sight
+
+
+class PassageIds(Sequence[str]):
+    """Passage ids in one UTF-8 byte array with offsets (~the ids' bytes + 8 a row, not a Python str each)."""
+
+    def __init__(self, ids: Sequence[str]) -> None:
+        raw = [i.encode("utf-8", "surrogatepass") for i in ids]
+        self._offsets = np.concatenate([[0], np.cumsum([len(r) for r in raw], dtype=np.int64)]).astype(np.int64)
+        self._bytes = b"".join(raw)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, j):  # type: ignore[override]
+        if isinstance(j, slice):
+            return [self[k] for k in range(*j.indices(len(self)))]
+        lo, hi = int(self._offsets[j]), int(self._offsets[j + 1])
+        return self._bytes[lo:hi].decode("utf-8", "surrogatepass")
 
 
 def _mined_count(ex: dict, other_negatives: bool) -> int:

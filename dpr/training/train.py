@@ -157,7 +157,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     corpus = CorpusNegatives(*cached[:3], positions=cached[3], max_corpus=tc.corpus_max_passages,
                              topk=tc.corpus_topk, multi_positive=resolved["multi_positive"],
                              mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
-                             checkpointed=tc.corpus_sample is None) if cached is not None else None
+                             checkpointed=cached[3] is None) if cached is not None else None
     val_autocast = "off" if precision == "fp32" else precision
     validator = None
     if dev_examples:
@@ -236,13 +236,19 @@ def _corpus(paths: DatasetPaths, tc: TrainConfig, needs_corpus: bool, validates:
             seed: int) -> tuple[tuple[list[str], list[str], list[str]] | None, tuple | None]:
     """``(validation corpus, cached corpus)``: the passages validation ranks (None: no corpus top-k) and the ones the
     frozen-index steps and corpus negatives score against, as ``(ids, texts, titles, rows in the file or None)``
-    (None: neither is on). Without ``train.corpus_sample``
-    both are the whole corpus, read once; with it the cached corpus is the sample (dpr/training/corpus_sample.py)
-    and validation reads the corpus under its own limit (``val_corpus_max_passages``)."""
+    (None: neither is on). Without ``train.corpus_sample`` (and a corpus of at most
+    :data:`~dpr.training.corpus_sample.WHOLE_CORPUS_MAX` passages) both are the whole corpus, read once; with it
+    the cached corpus is the sample (dpr/training/corpus_sample.py) and validation reads the corpus under its own
+    limit (``val_corpus_max_passages``)."""
+    from dpr.training.corpus_sample import auto_sample_size, sample_corpus
+
     have = paths.passages.is_file()
     if needs_corpus and not have:
         raise FileNotFoundError(f"{paths.passages}: corpus negatives / frozen-index steps need the passages file")
-    sampled = needs_corpus and tc.corpus_sample is not None
+    size = tc.corpus_sample
+    if needs_corpus and size is None:
+        size = auto_sample_size(paths.passages)  # None while the whole corpus is small enough
+    sampled = needs_corpus and size is not None
     corpus_texts = None
     if have and ((validates and tc.val_corpus_topk) or (needs_corpus and not sampled)):
         limit = 0 if needs_corpus and not sampled else tc.val_corpus_max_passages
@@ -251,12 +257,10 @@ def _corpus(paths: DatasetPaths, tc: TrainConfig, needs_corpus: bool, validates:
         return corpus_texts, None
     if not sampled:
         return corpus_texts, (*corpus_texts, None)
-    from dpr.training.corpus_sample import sample_corpus
-
     named = (train_examples.pool_locations()[0] if hasattr(train_examples, "pool_locations") else
              {c["passage_id"] for ex in train_examples for key in ("positive_ctxs", "hard_negative_ctxs",
                                                                    "negative_ctxs") for c in ex[key]})
-    sample = sample_corpus(paths.passages, tc.corpus_sample, seed, frozenset(named))
+    sample = sample_corpus(paths.passages, size, seed, frozenset(named))
     return corpus_texts, (sample.ids, sample.texts, sample.titles, sample.positions)
 
 

@@ -115,3 +115,11 @@ def test_top_k_candidates_are_checked_for_answers_without_scanning_the_corpus():
     assert cols and cands.masks.ignore[0, cols].all()  # every answer-bearing candidate is ignored for question 0
     others = [c for c in range(len(cands.ids)) if c not in cols and cands.ids[c] != "d3"]
     assert not cands.masks.ignore[0, others].any() and not cands.masks.ignore[1].any()
+
+
+def test_a_corpus_above_the_limit_is_sampled_without_the_key(tmp_path, monkeypatch):
+    from dpr.training import corpus_sample
+
+    _write_passages(tmp_path / "p.tsv", 92)
+    assert corpus_sample.auto_sample_size(tmp_path / "p.tsv", limit=100) is None  # 100 passages: whole
+    assert corpus_sample.auto_sample_size(tmp_path / "p.tsv", limit=99) == 99
