@@ -1,5 +1,5 @@
 """A step's figures (loss, in-batch accuracy and rank, masked pairs, gradient norm) brought from the device to the
-host at a logging interval, without making the host wait for the work queued after them (issue 44).
+host at a logging interval, without making the host wait for the work queued after them.
 
 Reading a device tensor with ``float()`` or ``.cpu()`` waits for everything queued on its stream, including the
 step just launched, so the next step is not queued while that one computes. :func:`stage` instead reduces the

@@ -1,4 +1,4 @@
-"""Issue 44: a training step makes no host synchronisation (a GPU's queue never drains between steps): the
+"""A training step makes no host synchronisation (a GPU's queue never drains between steps): the
 step's loss, statistics, gradient norm and finiteness stay on the device until a logging interval, a
 validation or a checkpoint reads them.
 

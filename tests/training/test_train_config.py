@@ -81,7 +81,7 @@ def test_degenerate_values_are_refused(bad, match):
         TrainConfig.from_dict(bad)
 
 
-# The pipeline's re-mining rounds are no training setting (issue 24): train.rounds lives in PipelineTrainConfig
+# The pipeline's re-mining rounds are no training setting: train.rounds lives in PipelineTrainConfig
 # (dpr/training/rounds.py), the remine_* keys are the pipeline's remine section (RemineConfig).
 PIPELINE_ONLY = ["rounds", "remine_negatives", "remine_depth", "remine_skip_top", "remine_relative_margin",
                  "remine_bm25_share"]

@@ -349,7 +349,7 @@ def test_validation_ndcg_on_qrels_data_is_trec_evals_graded_ndcg():
 
 
 def test_batches_take_their_config_whole():
-    """TrainBatches takes the typed TrainConfig and the model's config whole (issue 46): every batching key is read
+    """TrainBatches takes the typed TrainConfig and the model's config whole: every batching key is read
     from them, and the batches follow them (here shuffle_positives and the batch size)."""
     from dpr.models.biencoder import BiEncoderConfig
     from dpr.training.config import TrainConfig
