@@ -19,7 +19,6 @@ Output: ``<out>/transfer.json`` and ``<out>/transfer.md``.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -31,6 +30,9 @@ sys.path.insert(0, str(REPO))
 from dpr.atomic import write_json_atomic, write_text_atomic  # noqa: E402
 from dpr.data.dataset import DatasetPaths  # noqa: E402
 from dpr.stages import StageRunner  # noqa: E402
+from script_args import OneLineParser, claim_dir, owned_dir, whole  # noqa: E402  (scripts/ is on sys.path)
+
+MARKER = ".dpr-transfer"  # a matrix's --out: a rerun may write there
 
 log = logging.getLogger("transfer_matrix")
 QA_METRIC, QRELS_METRIC = "top-20", "ndcg@10"
@@ -57,6 +59,7 @@ def save_untrained(config_path: Path, model_name: str | None, out: Path, seed: i
     from dpr.models import BiEncoderConfig, build_biencoder, save_biencoder
 
     cfg = OmegaConf.to_container(OmegaConf.load(config_path), resolve=False)
+    cfg.pop("defaults", None)  # a preset's defaults list: BiEncoderConfig's own defaults, which from_dict fills in
     if model_name:
         cfg["name"] = model_name
     if not (out / "biencoder.json").is_file():
@@ -142,7 +145,7 @@ def transfer_matrix(data_dir: Path, datasets: Sequence[str], runs: Mapping[str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")
     ap.add_argument("--datasets", nargs="+", default=["squad1_open", "sciq_open", "nfcorpus"])
     ap.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR",
@@ -151,10 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="model config of the untrained baseline")
     ap.add_argument("--untrained-model", default=None, help="override the config's model name (a path, say)")
     ap.add_argument("--no-untrained", action="store_true")
-    ap.add_argument("--k", type=int, default=100)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--out", type=Path, default=REPO / "runs" / "transfer")
+    ap.add_argument("--k", type=whole(1), default=100)
+    ap.add_argument("--batch-size", type=whole(1), default=64)
+    ap.add_argument("--out", type=owned_dir(MARKER, "transfer.json", "untrained_model"),
+                    default=REPO / "runs" / "transfer", help="new, empty, or an earlier matrix's directory")
     args = ap.parse_args(argv)
+    claim_dir(args.out, MARKER, "transfer_matrix.py")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     runs = parse_runs(args.run)
     untrained = None if args.no_untrained else save_untrained(args.untrained_config, args.untrained_model,
