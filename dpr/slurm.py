@@ -146,7 +146,7 @@ def _master_addr(env: Mapping[str, str]) -> str:
 
 
 def _local_world(env: Mapping[str, str]) -> int | None:
-    node = int(env.get("SLURM_NODEID", "0") or 0)
+    node = _int(env, "SLURM_NODEID") if env.get("SLURM_NODEID") else 0
     for name in TASKS_PER_NODE_VARS:
         if env.get(name):
             counts = tasks_per_node(env[name])
@@ -169,9 +169,8 @@ def torchrun_env_from_slurm(env: Mapping[str, str]) -> dict[str, str]:
         return {}
     if not 0 <= rank < world:
         raise ValueError(f"SLURM_PROCID={rank} outside 0..{world - 1} (SLURM_STEP_NUM_TASKS={world})")
-    out = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(_int(env, "SLURM_LOCALID"))
-           if "SLURM_LOCALID" in env else "0",
-           "MASTER_ADDR": _master_addr(env),
+    local = _int(env, "SLURM_LOCALID") if env.get("SLURM_LOCALID") else 0
+    out = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local), "MASTER_ADDR": _master_addr(env),
            "MASTER_PORT": str(master_port(env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")))}
     local_world = _local_world(env)
     if local_world:

@@ -204,3 +204,16 @@ def test_every_command_sees_the_rank_before_it_runs(monkeypatch):
     with pytest.raises(SystemExit) as exit_info:  # a value Slurm never gives: one line, exit 2
         main()
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("visible, local_rank, index", [(8, 5, 5), (1, 5, 0), (2, 3, 1)])
+def test_a_task_uses_a_gpu_it_sees(visible, local_rank, index, monkeypatch):
+    """LOCAL_RANK picks the GPU; a task bound to fewer GPUs than ranks on its node (srun --gpus-per-task=1: one
+    GPU, cuda:0) uses those it sees instead of asking for one that does not exist."""
+    import torch
+
+    from dpr import distributed as D
+
+    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+    assert D.cuda_index() == index
