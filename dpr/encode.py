@@ -27,6 +27,7 @@ Under torchrun each rank encodes shards ``i % world_size == rank`` (no process g
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -216,6 +217,12 @@ def encode_corpus(
         t0 = time.perf_counter()
         if count:
             vectors = np.lib.format.open_memmap(tmp_vectors, mode="w+", dtype=np_dtype, shape=(count, dim))
+            try:
+                reserve_space(tmp_vectors, i, vectors.offset)  # before the first write through the map
+            except OSError:
+                del vectors
+                tmp_vectors.unlink(missing_ok=True)
+                raise
         else:  # more shards than passages: an empty shard (numpy cannot memory-map 0 bytes)
             with open(tmp_vectors, "wb") as f:
                 np.save(f, np.zeros((0, dim), dtype=np_dtype))
@@ -246,6 +253,36 @@ def encode_corpus(
         log.info("shard %d/%d: %d passages × %d dims (%s) in %.1f s → %s", i, num_shards, count, dim, dtype,
                  seconds, files.vectors)
     return out
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def reserve_space(path: Path, shard: int, data_start: int = 0) -> None:
+    """Allocate every block of the (sparse) memory-mapped shard file ``path`` now. A write through a map into a
+    block the full disk cannot give is SIGBUS, which kills the process without a word; a failed reservation is
+    an OSError here, naming the shard, with the finished shards kept for the same command to resume. A file
+    system without ``posix_fallocate`` gets the zeros of the data (from ``data_start``, after the header) written
+    through the file instead (ENOSPC likewise)."""
+    size = path.stat().st_size
+    try:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as err:
+                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+                block = b"\0" * (1 << 20)
+                for start in range(data_start, size, len(block)):
+                    os.pwrite(fd, block[: min(len(block), size - start)], start)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        if err.errno in _NO_SPACE:
+            raise OSError(f"{path.parent}: no space left on the device for shard {shard}'s vectors ({size} bytes); "
+                          "free space and run the same command again (finished shards are kept)") from None
+        raise
 
 
 # The name used in ARCHITECTURE.md's contract list.
