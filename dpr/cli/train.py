@@ -84,7 +84,7 @@ MOVED = {"train.rounds": "re-mining rounds run in dpr-pipeline (dpr-pipeline tra
 def check_steps(cfg: DictConfig) -> None:
     """Refuse a run that would take no optimiser step: it would save the starting weights as a trained run."""
     from dpr.data.dataset import DatasetPaths
-    from dpr.data.retriever_json import read_retriever_json
+    from dpr.training.example_file import count_records
 
     from dpr.training.config import TrainConfig
 
@@ -96,7 +96,7 @@ def check_steps(cfg: DictConfig) -> None:
         per_step = int(t.batch_size) * world * int(t.get("grad_accumulation_steps", 1) or 1)
         train_file = DatasetPaths.of(cfg.data_dir, cfg.data.name).train
         if train_file.is_file():
-            n = len(read_retriever_json(train_file))
+            n = count_records(train_file)  # streamed: the file is never held whole
             if n < per_step:
                 raise ValueError(f"{train_file}: {n} training questions make zero steps per epoch at "
                                  f"{per_step} questions per step (train.batch_size x devices x accumulation)")

@@ -102,6 +102,11 @@ def _scan(path: Path, chunk: int = CHUNK) -> Iterator[tuple[int, int, int, objec
             advance(pos + 1)
 
 
+def count_records(path: str | Path) -> int:
+    """The number of examples in a retriever JSON file, streamed (one record in memory at a time)."""
+    return sum(1 for _ in _scan(Path(path)))
+
+
 class ExampleFile(Sequence[dict]):
     """The examples of a DPR retriever JSON file that have a positive passage, each parsed when asked for.
 

@@ -125,3 +125,11 @@ def test_training_never_reads_the_file_whole(tiny_model_dir, tiny_data_dir, tmp_
     summary = train(tiny_cfg(tiny_model_dir, tiny_data_dir, tmp_path / "run", max_steps=2, save_every=0,
                              precision="fp32", validate=False))
     assert summary["steps"] == 2
+
+
+def test_records_are_counted_streaming(tmp_path):
+    from dpr.training.example_file import count_records
+
+    examples = _examples(7) + [{"question": "no positive", "answers": [], "positive_ctxs": []}]
+    assert count_records(_write(tmp_path / "a.json", examples, indent=3)) == 8
+    assert count_records(_write(tmp_path / "b.json", [])) == 0
