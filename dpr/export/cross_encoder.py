@@ -2,7 +2,7 @@
 directory with a model card (loads offline with ``CrossEncoder(<dir>)``).
 
 The cross-encoder already is a one-label ``AutoModelForSequenceClassification``, the model class
-``CrossEncoder`` wraps (a LoRA one: with its adapters merged into the base, `dpr.rerank.adapters.plain_encoder_dir`),
+``CrossEncoder`` wraps (a LoRA one: with its adapters merged into the base, `dpr.rerank.model.plain_encoder_dir`),
 so the export is sentence-transformers' own save of it: the maximum length it was
 trained with, and the Identity activation so ``predict`` returns the logit `dpr.rerank.score.score_pairs`
 returns (not its sigmoid). Passages go in as ``title [SEP] text`` (`dpr.rerank.model.document_text`), as
@@ -30,8 +30,7 @@ def build_cross_encoder_st(ce_dir: str | Path) -> Any:
     except ImportError as err:
         raise ImportError(f"the sentence-transformers export needs sentence-transformers>=6.2 "
                           f"(pip install 'dpr[export]'): {err}") from None
-    from dpr.rerank.adapters import plain_encoder_dir
-    from dpr.rerank.model import load_cross_encoder, resolve_dir
+    from dpr.rerank.model import load_cross_encoder, plain_encoder_dir, resolve_dir
 
     ce_dir = resolve_dir(ce_dir)
     _, _, settings = load_cross_encoder(ce_dir)  # validates the directory

@@ -12,6 +12,16 @@ A saved bi-encoder directory::
                                [, "base_fingerprint": sha256 of the LoRA base's files]}
 
 Recorded runs from before the backbone keys existed read unchanged (those keys absent mean their defaults).
+
+The cross-encoder's and the reader's directories (:data:`CROSS_ENCODER`, :data:`READER`) are laid out here too::
+
+    cross_encoder/            (inside a dpr-rerank train output directory)
+      encoder/                the one-label sequence classifier and tokenizer (with LoRA: adapters and head)
+      cross_encoder.json      the input settings it was trained with [, base_model, lora, base_fingerprint]
+    reader/                   (inside a dpr-reader train output directory)
+      encoder/                the encoder and tokenizer
+      reader_head.safetensors the span and relevance heads
+      reader.json             the windowing settings it was trained with
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import contextlib
 import json
 import tempfile
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 CONFIG_FILE = "biencoder.json"
@@ -31,6 +42,42 @@ FORMAT = "dpr.biencoder"
 FORMAT_VERSION = 1
 # What saving a model writes into a run directory (a training run's own files are dpr.run_dir's).
 MODEL_FILES = (CONFIG_FILE, QUESTION_DIR, PASSAGE_DIR, PROJECTION_FILE)
+
+
+@dataclass(frozen=True)
+class ModelDirLayout:
+    """A saved model directory other than the bi-encoder's: its settings file (the marker: written last), the folder
+    of its Hugging Face encoder, and the folder a training command saves it in inside its output directory."""
+
+    kind: str            # the model's name in messages: "cross-encoder", "reader"
+    config_file: str
+    final_dir: str
+    trained_by: str      # the command that trains one
+    encoder_dir: str = "encoder"
+
+    def is_dir(self, path: str | Path) -> bool:
+        """True for such a directory, or a training output directory holding one."""
+        path = Path(path)
+        return (path / self.config_file).is_file() or (path / self.final_dir / self.config_file).is_file()
+
+    def resolve(self, path: str | Path) -> Path:
+        """The model directory itself, given it or a training output directory holding it; FileNotFoundError
+        (one line, naming the command that makes one) for anything else."""
+        path = Path(path)
+        if not (path / self.config_file).is_file() and (path / self.final_dir / self.config_file).is_file():
+            path = path / self.final_dir
+        if not (path / self.config_file).is_file():
+            raise FileNotFoundError(f"{path}: not a {self.kind} directory (no {self.config_file}; train one with "
+                                    f"{self.trained_by})")
+        return path
+
+
+CROSS_ENCODER = ModelDirLayout("cross-encoder", "cross_encoder.json", "cross_encoder", "dpr-rerank train")
+READER = ModelDirLayout("reader", "reader.json", "reader", "dpr-reader train")
+READER_HEADS = "reader_head.safetensors"
+# sentence-transformers applies a sigmoid to a one-label model's logit unless its config names another activation:
+# a saved cross-encoder's config names Identity, so CrossEncoder.predict returns the logit our scoring returns.
+ST_ACTIVATION = "torch.nn.modules.linear.Identity"
 
 
 def model_marker(run_dir: str | Path) -> Path:

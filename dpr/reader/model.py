@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from dpr.atomic import atomic_path
+from dpr.models.run_format import READER, READER_HEADS
 
 MASKED = -1e4  # logit of a token that cannot be an answer (question, title, special tokens, padding)
 SETTINGS_KEYS = ("max_length", "stride", "max_question_length", "title")
@@ -70,12 +71,12 @@ def save_reader(model: Reader, tokenizer: Any, out_dir: str | Path, settings: di
     out_dir = Path(out_dir)
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
-        model.encoder.save_pretrained(tmp / "encoder")
-        tokenizer.save_pretrained(tmp / "encoder")
+        model.encoder.save_pretrained(tmp / READER.encoder_dir)
+        tokenizer.save_pretrained(tmp / READER.encoder_dir)
         heads = {f"qa_outputs.{k}": v for k, v in model.qa_outputs.state_dict().items()}
         heads.update({f"qa_classifier.{k}": v for k, v in model.qa_classifier.state_dict().items()})
-        save_file({k: v.detach().contiguous().cpu() for k, v in heads.items()}, str(tmp / "reader_head.safetensors"))
-        (tmp / "reader.json").write_text(json.dumps({k: settings[k] for k in SETTINGS_KEYS}, indent=2), encoding="utf-8")
+        save_file({k: v.detach().contiguous().cpu() for k, v in heads.items()}, str(tmp / READER_HEADS))
+        (tmp / READER.config_file).write_text(json.dumps({k: settings[k] for k in SETTINGS_KEYS}, indent=2), encoding="utf-8")
     return out_dir
 
 
@@ -88,14 +89,10 @@ def load_reader(path: str | Path, device: str | torch.device | None = None) -> t
 
     device = resolve_device(device)
 
-    path = Path(path)
-    if not (path / "reader.json").is_file() and (path / "reader" / "reader.json").is_file():
-        path = path / "reader"  # a training output directory
-    if not (path / "reader.json").is_file():
-        raise FileNotFoundError(f"{path}: not a reader directory (no reader.json; train one with dpr-reader train)")
-    model = Reader(_load_encoder(path / "encoder"))
-    heads = load_file(str(path / "reader_head.safetensors"))
+    path = READER.resolve(path)  # the reader directory, or a training output directory holding one
+    model = Reader(_load_encoder(path / READER.encoder_dir))
+    heads = load_file(str(path / READER_HEADS))
     model.qa_outputs.load_state_dict({k.split(".", 1)[1]: v for k, v in heads.items() if k.startswith("qa_outputs.")})
     model.qa_classifier.load_state_dict({k.split(".", 1)[1]: v for k, v in heads.items() if k.startswith("qa_classifier.")})
-    settings = json.loads((path / "reader.json").read_text(encoding="utf-8"))
-    return model.to(device).eval(), AutoTokenizer.from_pretrained(path / "encoder", use_fast=True), settings
+    settings = json.loads((path / READER.config_file).read_text(encoding="utf-8"))
+    return model.to(device).eval(), AutoTokenizer.from_pretrained(path / READER.encoder_dir, use_fast=True), settings

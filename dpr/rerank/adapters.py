@@ -10,22 +10,20 @@ the new weights trained whole, the base frozen and never copied.
   and head) and the tokenizer; ``cross_encoder.json`` adds ``lora`` (the settings) and ``base_fingerprint``
   (`dpr.models.lora.base_fingerprint`) beside ``base_model`` (:func:`saved_info`). :func:`load_adapted` puts them
   back on the base, refused in one line when the base's files are not the ones trained on.
-- :func:`plain_encoder_dir`: a plain Hugging Face copy with the adapters merged, for the sentence-transformers export.
+- `dpr.rerank.model.plain_encoder_dir`: a plain Hugging Face copy with the adapters merged, for the
+  sentence-transformers export.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from dpr.errors import DataError
-from dpr.models.lora import (LoraSettings, apply_lora, base_fingerprint, load_adapters, merged_copy,
-                             state_dict_of_trained_only)
+from dpr.models.lora import LoraSettings, apply_lora, base_fingerprint, load_adapters, state_dict_of_trained_only
+from dpr.models.run_format import CROSS_ENCODER, ST_ACTIVATION
 
 # peft's name for a sequence classifier (it adds the usual head names, "classifier" and "score", to modules_to_save)
 TASK_TYPE = "SEQ_CLS"
@@ -65,14 +63,13 @@ def load_adapted(path: Path, encoder_dir: Path, settings: Mapping[str, Any]) -> 
     from transformers import AutoModelForSequenceClassification
 
     from dpr.models.hub import resolve_model_name
-    from dpr.rerank.model import CONFIG_FILE, ST_ACTIVATION
 
     base = settings.get("base_model")
     if not isinstance(base, str) or not base:
-        raise DataError(path / CONFIG_FILE, "LoRA adapters without the base model they go on", field="base_model")
+        raise DataError(path / CROSS_ENCODER.config_file, "LoRA adapters without the base model they go on", field="base_model")
     recorded, found = settings.get("base_fingerprint"), base_fingerprint(resolve_model_name(base))
     if recorded and found and recorded != found:
-        raise DataError(path / CONFIG_FILE, f"the adapters were trained on another {base!r} (base fingerprint "
+        raise DataError(path / CROSS_ENCODER.config_file, f"the adapters were trained on another {base!r} (base fingerprint "
                         f"{recorded[:12]}, found {found[:12]})", field="base_fingerprint")
     # the head the base lacks and fresh adapters are drawn, then replaced by the saved ones: the caller's RNG stream
     # is left as it was (loading a model does not move a seeded run's draws)
@@ -80,22 +77,3 @@ def load_adapted(path: Path, encoder_dir: Path, settings: Mapping[str, Any]) -> 
         model = AutoModelForSequenceClassification.from_pretrained(resolve_model_name(base), num_labels=1)
         model.config.sentence_transformers = {"activation_fn": ST_ACTIVATION}
         return load_adapters(model, encoder_dir, trainable=False)
-
-
-@contextlib.contextmanager
-def plain_encoder_dir(ce_dir: str | Path) -> Iterator[Path]:
-    """A Hugging Face directory of the cross-encoder ``ce_dir`` that loads without peft: its ``encoder/`` as it is,
-    or, for adapters, a temporary copy with them merged into the base's weights (`dpr.models.lora.merged_copy`),
-    removed on exit."""
-    from dpr.rerank.model import ENCODER_DIR, load_cross_encoder, resolve_dir
-
-    ce_dir = resolve_dir(ce_dir)
-    settings = json.loads((ce_dir / "cross_encoder.json").read_text(encoding="utf-8"))
-    if not is_adapted(settings):
-        yield ce_dir / ENCODER_DIR
-        return
-    model, tokenizer, _ = load_cross_encoder(ce_dir)  # the device rule's device: saving moves nothing
-    with tempfile.TemporaryDirectory(prefix="dpr-merged-ce-") as tmp:
-        merged_copy(model).save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)  # as saved: with the trained maximum length
-        yield Path(tmp)

@@ -14,22 +14,24 @@ reused when scoring). With LoRA (``rerank.model.lora``) ``encoder/`` holds the a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 
 from dpr.atomic import atomic_path
-from dpr.models.lora import LoraSettings, is_lora
+from dpr.models.lora import LoraSettings, is_lora, merged_copy
+from dpr.models.run_format import CROSS_ENCODER, ST_ACTIVATION
+from dpr.rerank.adapters import add_adapters, is_adapted, load_adapted, new_modules
 
-CONFIG_FILE = "cross_encoder.json"
-ENCODER_DIR = "encoder"
-FINAL_DIR = "cross_encoder"  # inside a training output directory
+# the directory's layout is dpr.models.run_format's (one place knows every model directory); these names stay
+CONFIG_FILE, ENCODER_DIR, FINAL_DIR = CROSS_ENCODER.config_file, CROSS_ENCODER.encoder_dir, CROSS_ENCODER.final_dir
 SETTINGS_KEYS = ("max_length", "title")
-# sentence-transformers applies a sigmoid to a one-label model's logit unless its config names another
-# activation: Identity makes CrossEncoder.predict return the logit our scoring returns.
-ST_ACTIVATION = "torch.nn.modules.linear.Identity"
+is_cross_encoder_dir = CROSS_ENCODER.is_dir
+resolve_dir = CROSS_ENCODER.resolve
 
 
 def build_cross_encoder(name: str, attn_implementation: str | None = None,
@@ -46,30 +48,12 @@ def build_cross_encoder(name: str, attn_implementation: str | None = None,
     if lora is None:
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, **kwargs)
     else:
-        from dpr.rerank.adapters import add_adapters, new_modules
-
         model, info = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, output_loading_info=True,
                                                                          **kwargs)
     model.config.sentence_transformers = {"activation_fn": ST_ACTIVATION}
     if lora is not None:
         model = add_adapters(model, lora, new_modules(info["missing_keys"]))
     return model, AutoTokenizer.from_pretrained(path, use_fast=True)
-
-
-def is_cross_encoder_dir(path: str | Path) -> bool:
-    path = Path(path)
-    return (path / CONFIG_FILE).is_file() or (path / FINAL_DIR / CONFIG_FILE).is_file()
-
-
-def resolve_dir(path: str | Path) -> Path:
-    """The cross-encoder directory itself, given it or a training output directory holding it."""
-    path = Path(path)
-    if not (path / CONFIG_FILE).is_file() and (path / FINAL_DIR / CONFIG_FILE).is_file():
-        path = path / FINAL_DIR
-    if not (path / CONFIG_FILE).is_file():
-        raise FileNotFoundError(f"{path}: not a cross-encoder directory (no {CONFIG_FILE}; train one with "
-                                "dpr-rerank train)")
-    return path
 
 
 def save_cross_encoder(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path, settings: Mapping[str, Any],
@@ -112,8 +96,6 @@ def load_cross_encoder(path: str | Path, device: str | torch.device | None = Non
     missing = [k for k in SETTINGS_KEYS if k not in settings]
     if missing:
         raise ValueError(f"{path / CONFIG_FILE}: missing {', '.join(missing)}")
-    from dpr.rerank.adapters import is_adapted, load_adapted
-
     if is_adapted(settings):  # adapters + head on the recorded base
         model = load_adapted(path, path / ENCODER_DIR, settings)
     else:
@@ -137,3 +119,20 @@ def tokenize_pairs(tokenizer: Any, questions: list[str], documents: list[str], m
     (longest segment first), so an exported model sees the same tokens."""
     return dict(tokenizer(questions, documents, truncation=True, max_length=max_length,
                           padding="longest" if padding else False, return_tensors="pt" if padding else None))
+
+
+@contextlib.contextmanager
+def plain_encoder_dir(ce_dir: str | Path) -> Iterator[Path]:
+    """A Hugging Face directory of the cross-encoder ``ce_dir`` that loads without peft: its ``encoder/`` as it is,
+    or, for adapters, a temporary copy with them merged into the base's weights (`dpr.models.lora.merged_copy`),
+    removed on exit."""
+    ce_dir = resolve_dir(ce_dir)
+    settings = json.loads((ce_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    if not is_adapted(settings):
+        yield ce_dir / ENCODER_DIR
+        return
+    model, tokenizer, _ = load_cross_encoder(ce_dir)  # the device rule's device: saving moves nothing
+    with tempfile.TemporaryDirectory(prefix="dpr-merged-ce-") as tmp:
+        merged_copy(model).save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)  # as saved: with the trained maximum length
+        yield Path(tmp)
