@@ -24,7 +24,7 @@ from dpr.atomic import atomic_path, write_json_atomic
 from dpr.errors import DataError
 from dpr.index import gpu
 from dpr.index.build import build_index, check_search_params, planned_factory, set_search_params
-from dpr.index.shards import embeddings_info, list_shards, read_ids, write_ids
+from dpr.index.shards import IdList, embeddings_info, list_shards, write_ids
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def load_index(path: str | Path, device: str = "cpu", nprobe: int | None = None,
     check_index_files(path, read_index_meta(path))
     flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
     index = faiss.read_index(str(path), flags)
-    ids = read_ids(ids_path(path))
+    ids = IdList.read(ids_path(path))  # one buffer, not a Python string per passage
     if len(ids) != index.ntotal:
         raise DataError(ids_path(path), f"{len(ids)} ids for an index of {index.ntotal} vectors")
     check_search_params(nprobe=nprobe, ef_search=ef_search)

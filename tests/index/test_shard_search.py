@@ -120,3 +120,27 @@ def test_changed_shards_fall_back_to_the_index(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     index, ids = load_index(tmp_path / "index.faiss", device="gpu")
     assert not isinstance(index, ShardFlatSearch) and index.ntotal == 50 and len(ids) == 50
+
+
+def test_id_list_is_the_ids_without_a_string_each(tmp_path):
+    from hypothesis import given, settings, strategies as st
+
+    from dpr.index.shards import IdList, read_ids, write_ids
+
+    path = tmp_path / "x.ids"
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\n\r\t", blacklist_categories=["Cs"]),
+                            max_size=12), max_size=40))
+    def check(ids):
+        write_ids(path, ids)
+        got = IdList.read(path)
+        assert len(got) == len(ids) and list(got) == ids and got == ids and got == read_ids(path)
+        if ids:
+            assert got[0] == ids[0] and got[-1] == ids[-1] and got[1:3] == ids[1:3]
+        assert got != ids + ["extra"]
+
+    check()
+    path.write_bytes(b"a\nb")
+    with pytest.raises(ValueError, match="newline"):
+        IdList.read(path)
