@@ -38,16 +38,17 @@ _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 class BiEncoderConfig:
     """Everything needed to rebuild a bi-encoder's architecture (saved as ``biencoder.json``)."""
 
-    name: str = "all-MiniLM-L6-v2"
-    shared: bool = False
-    pooling: str = "mean"
+    name: str = "all-MiniLM-L6-v2"  # a Hugging Face name or local directory (the offline alias of MiniLM by default)
+    shared: bool = False  # one tower for questions and passages (false: two, both starting from the same weights)
+    pooling: str = "mean"  # cls | mean | last | eos (eos: an EOS appended, then the last token; for decoders)
+    # a linear layer after pooling to this size (its weights are saved with the run)
     projection_dim: int | None = setting(None, Int(1, 65536, optional=True, note="null: no projection"))
-    similarity: str = "dot"
+    similarity: str = "dot"  # dot | cosine: how a question vector scores a passage vector
     # scores are divided by it: below, fp32 scores overflow (1e-20: inf gradients, 1e-40: NaN loss); above,
     # every score rounds to the same value (1e300: all ties) -- no training signal, and nothing to rank
     temperature: float = setting(1.0, Real(1e-4, 1e4))
-    question_max_length: int = setting(64, Int(1))
-    passage_max_length: int = setting(256, Int(1))
+    question_max_length: int = setting(64, Int(1))  # tokens a question is truncated to
+    passage_max_length: int = setting(256, Int(1))  # tokens a passage (title and text) is truncated to
     # auto: transformers' default (SDPA where the model supports it); or any HF value ("sdpa", "eager",
     # "flash_attention_2" on GPUs that have it). On the 2-core CPU, eager was 2x slower to encode.
     attn_implementation: str = "auto"
@@ -55,13 +56,11 @@ class BiEncoderConfig:
     # the models that were pre-trained with them retrieve worse without. With a title, the passage prefix
     # goes before the title (the pair's first segment), as sentence-transformers applies its prompts.
     question_prefix: str = ""
-    passage_prefix: str = ""
-    # Backbones (docs/backbones.md): weights in fp32 or bf16; activations recomputed in the backward pass; which
-    # side the tokenizer pads (auto: left for decoder-only LLMs); LoRA adapters (null: the whole tower trains).
-    dtype: str = "fp32"
-    gradient_checkpointing: bool = False
-    padding_side: str = "auto"
-    lora: LoraSettings | None = None
+    passage_prefix: str = ""  # text put before every passage (see question_prefix)
+    dtype: str = "fp32"  # the towers' weights: fp32 | bf16 (bf16 trains only with LoRA: docs/backbones.md)
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, slower steps
+    padding_side: str = "auto"  # auto: left for decoder-only backbones, the tokenizer's own otherwise
+    lora: LoraSettings | None = None  # LoRA adapters on the towers (null: the whole tower trains): next section
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLING_MODES:

@@ -29,7 +29,7 @@ class LoraSettings:
     r: int = setting(16, Int(0, 4096, note="0: no adapters"))  # the adapters' rank (0: off, as null is)
     alpha: float = setting(32.0, Real(0, 1e6, lo_open=True))  # alpha / r scales the update
     dropout: float = setting(0.05, Real(0, 1, hi_open=True))  # dropout on the adapters' input
-    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])  # module names, or all-linear
 
     def __post_init__(self) -> None:
         check_fields(self, "model.lora")
