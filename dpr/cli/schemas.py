@@ -33,10 +33,11 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dpr import encode_config
-from dpr.checks import INT32_MAX, MAX_SHARDS, MAX_THREADS, SEED_MAX
+from dpr.checks import INT32_MAX, MAX_SHARDS, MAX_THREADS, SEED, SEED_MAX
 from dpr.bm25.config import BM25Config, register_schema as register_bm25
 from dpr.cli.ranges import check_config_ranges, ranged
 from dpr.encode_config import DenseConfig, EncodeConfig, register_schema as register_encode
+from dpr.pipeline_scale import ScaleConfig, register_schema as register_scale
 from dpr.eval.config import BootstrapConfig, EvalConfig, register_schema as register_eval
 from dpr.models import BiEncoderConfig
 from dpr.negatives import bm25_config as mining_config
@@ -195,7 +196,7 @@ class TrainCommandSchema:
     data_dir: str = MISSING
     output_dir: str = MISSING
     train_file: Optional[str] = None  # re-mining rounds train on their own file
-    seed: int = ranged(42, 0, SEED_MAX)
+    seed: int = ranged(SEED, 0, SEED_MAX)
     overwrite: bool = False
     bm25: BM25Config = field(default_factory=BM25Config)  # the BM25 teacher's index (loss=lexical_distill)
 
@@ -216,6 +217,7 @@ PipelineRetrieve = command_schema("PipelineRetrieve", (RetrieveConfig, retrieve_
 PipelineHybrid = command_schema("PipelineHybrid", HybridConfig)
 PipelineEval = command_schema("PipelineEval", EvalConfig)
 PipelineDense = command_schema("PipelineDense", DenseConfig)
+PipelineScale = command_schema("PipelineScale", ScaleConfig)
 
 
 # dpr-reader (and dpr-pipeline's reader=true): reader_cfg is `dpr.reader.config.ReaderConfig`, the one source of
@@ -244,7 +246,7 @@ class PipelineSchema:
     reader_cfg: ReaderConfig = field(default_factory=ReaderConfig)
     data_dir: str = MISSING
     output_dir: str = MISSING
-    seed: int = ranged(42, 0, SEED_MAX)
+    seed: int = ranged(SEED, 0, SEED_MAX)
     force: bool = False
     reader: bool = False
     until: Optional[str] = None
@@ -254,6 +256,7 @@ class PipelineSchema:
     hybrid: PipelineHybrid = field(default_factory=PipelineHybrid)
     eval: PipelineEval = field(default_factory=PipelineEval)
     dense: PipelineDense = field(default_factory=PipelineDense)
+    scale: PipelineScale = field(default_factory=PipelineScale)
     remine: Any = None     # RemineConfig checks its own section (types and ranges), before any stage runs
 
 
@@ -273,7 +276,7 @@ for _name, _schema in SCHEMAS.items():
 # the shared sections' defaults (bm25_cfg, bm25_mine_cfg, hybrid_cfg, eval_cfg, bootstrap_cfg, encode_cfg, retrieve_cfg,
 # reader_cfg, and the pipeline's remine_cfg and train_rounds), for whoever composes conf/ after importing this
 for _register in (register_bm25, register_mining, register_hybrid, register_eval, register_encode, register_retrieve,
-                  register_reader, register_remine, register_rounds):
+                  register_reader, register_remine, register_rounds, register_scale):
     _register()
 
 
