@@ -76,7 +76,7 @@ class SweepSummaryCallback(Callback):
 register_schema()  # train/schema: conf/train/*.yaml extend the TrainConfig dataclass
 register_bm25_schema()  # bm25_cfg/default: conf/train.yaml's bm25 section (the BM25 teacher's settings)
 
-# Re-mining rounds are the pipeline's (one dpr-train run is one round): its keys left TrainConfig in issue 24.
+# Re-mining rounds are the pipeline's (one dpr-train run is one round): its keys are not TrainConfig's.
 MOVED = {"train.rounds": "re-mining rounds run in dpr-pipeline (dpr-pipeline train.rounds=N)",
          **{old: f"re-mining runs in dpr-pipeline (dpr-pipeline {new}=...)" for old, new in moved_from_train().items()}}
 

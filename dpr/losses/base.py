@@ -37,7 +37,7 @@ class LossOutput:
     ``masked``: (question, candidate) pairs removed from the negatives by the ignore mask.
 
     ``accuracy``, ``avg_rank`` and ``masked`` are 0-dim tensors on the scores' device: reading one as a number
-    waits for the device, which the trainer does only at its logging intervals (issue 44: no host
+    waits for the device, which the trainer does only at its logging intervals (no host
     synchronisation inside a step); ``float(out.accuracy)`` where a number is needed."""
 
     loss: torch.Tensor

@@ -25,7 +25,7 @@ def trim_padding(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The rows' tensors without the columns where every row is padding (left or right padding alike).
 
     Only on the CPU: finding the columns reads the mask, which on a GPU would make the host wait for the device
-    inside the step (issue 44); there the padded columns stay (masked, so the same vectors up to rounding)."""
+    inside the step; there the padded columns stay (masked, so the same vectors up to rounding)."""
     chunk = dict(inputs)
     mask = chunk.get("attention_mask")
     if mask is None or mask.dim() != 2 or mask.device.type != "cpu":

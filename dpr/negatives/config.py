@@ -2,7 +2,7 @@
 source of their defaults.
 
 Registered in Hydra's ConfigStore as the ``remine_cfg/default`` option, which ``conf/pipeline.yaml`` places under
-``remine`` (``dpr-pipeline train.rounds=2 remine.depth=100``). They were ``train.remine_*`` keys until issue 24:
+``remine`` (``dpr-pipeline train.rounds=2 remine.depth=100``). They were once ``train.remine_*`` keys:
 only the pipeline reads them (``dpr-train`` trains one round), so they left `TrainConfig` and its checkpoints.
 """
 
@@ -41,7 +41,7 @@ class RemineConfig:
 
 
 def moved_from_train() -> dict[str, str]:
-    """``train.remine_<key>`` (a TrainConfig key until issue 24) → ``remine.<key>``: the commands refuse the old
+    """``train.remine_<key>`` (once a TrainConfig key) → ``remine.<key>``: the commands refuse the old
     override naming the new key (Hydra alone would only call it unknown)."""
     return {f"train.remine_{f.name}": f"remine.{f.name}" for f in dataclasses.fields(RemineConfig)}
 
