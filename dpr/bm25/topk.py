@@ -32,32 +32,30 @@ def top_order(scores: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
 
 
 def touched_scores(postings: dict[str, Any], terms: Sequence[int], acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows (local to ``postings``) that share a term with the query and their float32 scores, in first-touch
-    order. ``acc``: a float64 zero buffer of at least the shard's passages, handed back zeroed."""
+    """Rows (local to ``postings``) that share a term with the query and their float32 scores (rows scoring 0
+    left out). ``acc``: a float64 zero buffer of at least the shard's passages, handed back zeroed."""
     data, indices, indptr = postings["data"], postings["indices"], postings["indptr"]
-    parts = []
-    for t in terms:
-        lo, hi = int(indptr[t]), int(indptr[t + 1])
-        if lo == hi:
-            continue
-        rows = indices[lo:hi]
-        # weights are > 0 (idf > 0, tf > 0): a zero cell is a passage no earlier term touched
-        parts.append(rows[acc[rows] == 0.0])
-        acc[rows] += data[lo:hi]
-    if not parts:
+    spans = [(lo, hi) for lo, hi in ((int(indptr[t]), int(indptr[t + 1])) for t in terms) if hi > lo]
+    if not spans:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+    parts = []
+    for lo, hi in spans:
+        rows = indices[lo:hi]
+        seen = acc[rows]
+        # weights are > 0 (idf > 0, tf > 0): a zero cell is a passage no earlier term touched
+        parts.append(rows[seen == 0.0])
+        acc[rows] = seen + data[lo:hi]
     rows = np.concatenate(parts)
     scores = acc[rows].astype(np.float32)
     acc[rows] = 0.0
-    return rows, scores
+    keep = scores > 0
+    return rows[keep], scores[keep]
 
 
 def shard_top(postings: dict[str, Any], start: int, terms: Sequence[int], k: int,
               acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The query's best ``k`` scoring (> 0) passages of one shard: global rows and scores, best first."""
     rows, scores = touched_scores(postings, terms, acc)
-    keep = scores > 0
-    rows, scores = rows[keep], scores[keep]
     order = top_order(scores, rows, k)
     return rows[order].astype(np.int64) + start, scores[order]
 

@@ -149,3 +149,4 @@ def test_search_and_mining_use_every_core_by_default(tiny_data_dir, monkeypatch)
     assert BM25Retriever(index).n_threads == -1
     for fn in (mining.mine_hard_negatives, mining.mine_dataset):
         assert inspect.signature(fn).parameters["n_threads"].default == -1
+
