@@ -34,10 +34,11 @@ from dpr.perf.malloc import keep_freed_memory
 from dpr.rerank.config import RerankConfig
 from dpr.rerank.data import Group, GroupBatches, collate, read_groups_source
 from dpr.rerank.losses import LOSSES, bce_loss, group_accuracy
-from dpr.rerank.model import FINAL_DIR, build_cross_encoder, save_cross_encoder
+from dpr.rerank.model import CONFIG_FILE, FINAL_DIR, build_cross_encoder, save_cross_encoder
 from dpr.rerank.validate import RerankValidator
-from dpr.trainkit.checkpoint import (RESUMABLE_KEYS, file_identity, fingerprint, load_best, resume_checkpoint,
-                                     save_best, save_checkpoint)
+from dpr.training.resume import check_lora_base, lora_base_fingerprint
+from dpr.trainkit.checkpoint import (RESUMABLE_KEYS, file_identity, fingerprint, load_best, read_state, resolve_resume,
+                                     resume_checkpoint, save_best, save_checkpoint)
 from dpr.trainkit.config_dict import plain
 from dpr.trainkit.data_parallel import all_reduce_grads, broadcast_parameters, check_batch, global_sum, global_weight, share
 from dpr.trainkit.finished_run import check_finished_run
@@ -166,6 +167,12 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
     scheduler = linear_schedule(optimizer, resolve_warmup(0, tcfg.warmup_ratio, total), total)
     autocast, precision = precision_context(tcfg.precision, device, training=True)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None  # fp16 (a GPU's auto) scales
+    # adapters resume only on the base they were trained on (checked before they are loaded onto this one)
+    resuming = resolve_resume(tcfg.resume, out)
+    if resuming is not None and read_state(resuming).get("fingerprint") != run_fingerprint:
+        resuming = None  # another run's: resume_checkpoint ignores (or refuses) it
+    check_lora_base(out, lora_base_fingerprint(cfg.model.name, cfg.model.lora), resuming,
+                    markers=[out / FINAL_DIR / CONFIG_FILE])
     start_step, state = resume_checkpoint(tcfg.resume, out, run_fingerprint, model, optimizer, scheduler, rank=rank,
                                           map_location=device, scaler=scaler)
     if start_step == 0 and rank > 0:

@@ -37,7 +37,7 @@ from dpr.training.example_file import ExampleFile
 from dpr.training.steps import make_step
 from dpr.training.train_tokens import train_tokens, validation_tokens
 from dpr.training.trainer import Trainer, TrainState
-from dpr.training.resume import find_resume, run_fingerprint
+from dpr.training.resume import find_resume, lora_base_fingerprint, run_fingerprint
 from dpr.training.teacher import prepare_teacher
 from dpr.training.validation import Validator, load_corpus
 from dpr.trainkit import checkpoint as ckpt
@@ -169,7 +169,8 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
 
     fingerprint = run_fingerprint({**conf, "loss": conf.get("loss")},
                                   {**dataclasses.asdict(tc), **run_teacher.fingerprint}, train_file, world)
-    resume_dir = find_resume(tc.resume, out, fingerprint)
+    resume_dir = find_resume(tc.resume, out, fingerprint,
+                             lora_base_fingerprint(conf["model"]["name"], conf["model"].get("lora")))
 
     if tc.projection_init and resume_dir is None:  # before DDP, which broadcasts rank 0's weights
         from dpr.training.projection_init import init_projection_pca
