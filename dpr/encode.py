@@ -182,7 +182,7 @@ def encode_corpus(
     import torch
 
     from dpr.distributed import device as default_device
-    from dpr.models import iter_encode_batches, load_biencoder
+    from dpr.models import EncodeOptions, iter_encode_batches, load_biencoder
 
     dev = torch.device(device) if device else torch.device("cpu") if runtime == "onnx" else default_device()
     if compile:
@@ -235,8 +235,9 @@ def encode_corpus(
                 for pid in rows["id"]:
                     ids_f.write(pid + "\n")
                 for pos, vecs in iter_encode_batches(
-                    model, tokenizer, rows["text"], "passage", batch_size=batch_size, max_length=max_length,
-                    device=dev, autocast=autocast, titles=rows["title"], runner=runner, length_sort=length_sort,
+                    model, tokenizer, rows["text"], "passage", EncodeOptions(
+                        batch_size=batch_size, max_length=max_length, device=dev, autocast=autocast, runner=runner,
+                        length_sort=length_sort), titles=rows["title"],
                 ):
                     arr = truncate(vecs, truncate_dim, normalized).numpy().astype(np_dtype)
                     if not np.isfinite(arr).all():

@@ -4,6 +4,7 @@ Import from here: ``from dpr.models import BiEncoder, BiEncoderConfig, load_bien
 """
 
 from dpr.models.biencoder import BiEncoder, BiEncoderConfig
+from dpr.models.encode_options import EncodeOptions
 from dpr.models.inference import encode_texts, iter_encode_batches
 from dpr.models.io import (
     build_biencoder,
@@ -21,6 +22,7 @@ __all__ = [
     "BiEncoder",
     "BiEncoderConfig",
     "DenseEncoder",
+    "EncodeOptions",
     "build_biencoder",
     "cls_pool",
     "detect_pooling",

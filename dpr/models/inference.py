@@ -12,12 +12,13 @@ rule), and returned in the caller's order.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from dpr.models.encode_options import EncodeOptions, encode_options
 from dpr.models.protocol import unwrap_encoder
 from dpr.trainkit.precision import autocast_context
 
@@ -131,21 +132,17 @@ def iter_encode_batches(
     tokenizer: Any,
     texts: Sequence[str],
     tower: str,
-    batch_size: int = 64,
-    max_length: int | None = None,
-    device: torch.device | str | None = None,
-    autocast: str | None = "auto",
+    options: EncodeOptions | None = None,
+    *,
     titles: Sequence[str] | None = None,
-    progress: bool = False,
-    length_sort: str = "tokens",
-    runner: Callable[..., torch.Tensor] | None = None,
-    tokens: "TokenTable | None" = None,
+    **fields: Any,
 ) -> Iterator[tuple[list[int], torch.Tensor]]:
     """Yield ``(positions, vectors)`` per batch: row k of ``vectors`` (float32, CPU) encodes
     ``texts[positions[k]]``. Batches come in length order, not input order (see :func:`encode_texts`).
 
-    The model is put in eval mode for the duration (dropout off) and restored afterwards; with
-    ``device`` given it is moved there (in place). ``runner`` replaces the tower's forward (called with
+    ``options`` (:class:`~dpr.models.encode_options.EncodeOptions`; its fields may also be given as keywords,
+    which override it): the model is put in eval mode for the duration (dropout off) and restored afterwards;
+    with ``device`` given it is moved there (in place). ``runner`` replaces the tower's forward (called with
     the tokenizer's tensors, e.g. an ONNX Runtime session, `dpr.models.onnx_runtime`); autocast does not
     apply to it. ``length_sort`` (:data:`LENGTH_SORTS`): ``tokens`` tokenizes every text once up front and
     batches them by token count; ``chars`` by characters, tokenizing batch by batch (sentence-transformers'
@@ -153,29 +150,24 @@ def iter_encode_batches(
     ``tokens``: the texts' token ids, tokenised once (`dpr.models.token_cache`, made with this tower's max length
     and prefix): batched by token count from it without calling the tokenizer (where it lacks a text, as without).
     """
-    if tower not in TOWERS:
-        raise ValueError(f"tower must be one of {TOWERS}, got {tower!r}")
-    check_length_sort(length_sort)
-    if titles is not None and len(titles) != len(texts):
-        raise ValueError(f"{len(titles)} titles for {len(texts)} texts")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    opts = encode_options(options, fields)
+    _check_request(texts, tower, titles, opts)
     bi = _unwrap(model)
+    max_length = opts.max_length
     if max_length is None:
         max_length = bi.config.question_max_length if tower == "question" else bi.config.passage_max_length
-    dev = torch.device(device) if device is not None else bi.device
+    dev = torch.device(opts.device) if opts.device is not None else bi.device
     if bi.device != dev:
         bi.to(dev)
-    encode = runner or (bi.encode_questions if tower == "question" else bi.encode_passages)
-    if runner is not None:
-        autocast = "off"
+    encode = opts.runner or (bi.encode_questions if tower == "question" else bi.encode_passages)
+    autocast = "off" if opts.runner is not None else opts.autocast
 
     was_training = bi.training
     bi.eval()
     try:
-        with tqdm(total=len(texts), desc=f"encode {tower}s", unit="text", disable=not progress) as bar:
-            for idx, batch in padded_batches(tokenizer, texts, titles, batch_size, max_length,
-                                              bi.config.prefix(tower), length_sort, tokens):
+        with tqdm(total=len(texts), desc=f"encode {tower}s", unit="text", disable=not opts.progress) as bar:
+            for idx, batch in padded_batches(tokenizer, texts, titles, opts.batch_size, max_length,
+                                              bi.config.prefix(tower), opts.length_sort, opts.tokens):
                 inputs = {k: batch[k].to(dev) for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
                 # Grad/autocast modes are thread-wide: enter them per batch, never across the yield,
                 # or they would leak into the consumer's code while this generator is suspended.
@@ -187,6 +179,17 @@ def iter_encode_batches(
                 bar.update(len(idx))
     finally:
         bi.train(was_training)
+
+
+def _check_request(texts: Sequence[str], tower: str, titles: Sequence[str] | None, opts: EncodeOptions) -> None:
+    # One-line ValueErrors before any work, in the order a caller reads its own call.
+    if tower not in TOWERS:
+        raise ValueError(f"tower must be one of {TOWERS}, got {tower!r}")
+    check_length_sort(opts.length_sort)
+    if titles is not None and len(titles) != len(texts):
+        raise ValueError(f"{len(titles)} titles for {len(texts)} texts")
+    if opts.batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {opts.batch_size}")
 
 
 def padded_batches(tokenizer: Any, texts: Sequence[str], titles: Sequence[str] | None, batch_size: int,
@@ -219,27 +222,21 @@ def encode_texts(
     tokenizer: Any,
     texts: Sequence[str],
     tower: str,
-    batch_size: int = 64,
-    max_length: int | None = None,
-    device: torch.device | str | None = None,
-    autocast: str | None = "auto",
+    options: EncodeOptions | None = None,
+    *,
     titles: Sequence[str] | None = None,
-    progress: bool = False,
-    runner: Callable[..., torch.Tensor] | None = None,
-    length_sort: str = "tokens",
-    tokens: "TokenTable | None" = None,
+    **fields: Any,
 ) -> torch.Tensor:
     """Encode ``texts`` with the question or passage tower: float32 ``[N, D]`` on the CPU, input order.
 
+    ``titles`` (passages) are encoded as (title, text) pairs. ``options``
+    (:class:`~dpr.models.encode_options.EncodeOptions`, or its fields as keywords, which override it):
     ``max_length`` defaults to the config's length for the tower; ``autocast`` as in
-    :func:`dpr.trainkit.precision.autocast_dtype`; ``titles`` (passages) are encoded as (title, text) pairs;
-    ``runner``, ``length_sort`` and ``tokens`` (token ids cached once) as in :func:`iter_encode_batches`.
+    :func:`dpr.trainkit.precision.autocast_dtype`; ``runner``, ``length_sort`` and ``tokens`` (token ids cached
+    once) as in :func:`iter_encode_batches`.
     """
     bi = _unwrap(model)
     out = torch.empty((len(texts), bi.dim), dtype=torch.float32)
-    for idx, vecs in iter_encode_batches(
-        bi, tokenizer, texts, tower, batch_size, max_length, device, autocast, titles, progress,
-        length_sort=length_sort, runner=runner, tokens=tokens,
-    ):
+    for idx, vecs in iter_encode_batches(bi, tokenizer, texts, tower, encode_options(options, fields), titles=titles):
         out[torch.as_tensor(idx, dtype=torch.long)] = vecs
     return out

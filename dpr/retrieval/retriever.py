@@ -219,12 +219,12 @@ class DenseRetriever(Retriever):
     def encode(self, questions: Sequence[str]) -> np.ndarray:
         """Question vectors, float32 ``[N, D]`` (D: the index's, the model's vectors truncated to it by the rule
         that cut the passages, `dpr.models.truncate`, when the index holds truncated ones)."""
-        from dpr.models import encode_texts
+        from dpr.models import EncodeOptions, encode_texts
         from dpr.models.truncate import truncate
 
-        vectors = encode_texts(self.model, self.tokenizer, list(questions), "question", batch_size=self.batch_size,
-                               max_length=self.max_length, device=self.device, autocast=self.autocast,
-                               progress=len(questions) > self.batch_size)
+        options = EncodeOptions(batch_size=self.batch_size, max_length=self.max_length, device=self.device,
+                                autocast=self.autocast, progress=len(questions) > self.batch_size)
+        vectors = encode_texts(self.model, self.tokenizer, list(questions), "question", options)
         return truncate(vectors, self.truncate_dim, self.model.config.similarity == "cosine").numpy()
 
     def _search_ids(self, questions: list[str], k: int) -> list[Ranked]:

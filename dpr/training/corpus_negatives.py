@@ -86,14 +86,15 @@ class CorpusNegatives:
     def refresh(self, model, tokenizer, *, step: int, batch_size: int, max_length: int, autocast: str,
                 tokens=None) -> None:
         """Encode the corpus with the current passage tower (``tokens``: the corpus's token table, tokenised once)."""
+        from dpr.models.encode_options import EncodeOptions
         from dpr.models.inference import encode_texts
 
         was_training = model.training
         model.eval()
         try:
             log.info("encoding %d corpus passages for corpus negatives (step %d)", len(self.ids), step)
-            vecs = encode_texts(model, tokenizer, self.texts, tower="passage", batch_size=batch_size,
-                                max_length=max_length, autocast=autocast, titles=self.titles, tokens=tokens)
+            options = EncodeOptions(batch_size=batch_size, max_length=max_length, autocast=autocast, tokens=tokens)
+            vecs = encode_texts(model, tokenizer, self.texts, "passage", options, titles=self.titles)
         finally:
             model.train(was_training)
         self.set_vectors(vecs, step)

@@ -36,6 +36,7 @@ def check_start_vectors(model, tokenizer, corpus: tuple[list[str], list[str], li
     """``given`` as a float32 tensor in the corpus's row order, once it is shown to be this model's
     encoding of ``corpus`` (``(ids, texts, titles)``); a ValueError naming ``source`` otherwise (a
     directory ``given`` is read here and names itself)."""
+    from dpr.models.encode_options import EncodeOptions
     from dpr.models.inference import encode_texts
 
     if isinstance(given, (str, Path)):
@@ -52,8 +53,9 @@ def check_start_vectors(model, tokenizer, corpus: tuple[list[str], list[str], li
     was_training = model.training
     model.eval()
     try:
-        fresh = encode_texts(model, tokenizer, corpus[1][:n], tower="passage", batch_size=n, max_length=max_length,
-                             autocast=autocast, titles=corpus[2][:n]).float().cpu()
+        fresh = encode_texts(model, tokenizer, corpus[1][:n], "passage",
+                             EncodeOptions(batch_size=n, max_length=max_length, autocast=autocast),
+                             titles=corpus[2][:n]).float().cpu()
     finally:
         model.train(was_training)
     if fresh.shape[1] != vectors.shape[1]:

@@ -39,12 +39,11 @@ log = logging.getLogger(__name__)
 
 def _encode(model, tokenizer, texts, tower, *, batch_size, max_length, autocast, titles=None,
             tokens=None) -> torch.Tensor:
+    from dpr.models.encode_options import EncodeOptions
     from dpr.models.inference import encode_texts
 
-    return encode_texts(
-        model, tokenizer, texts, tower=tower, batch_size=batch_size, max_length=max_length,
-        autocast=autocast, titles=titles, tokens=tokens,
-    )
+    options = EncodeOptions(batch_size=batch_size, max_length=max_length, autocast=autocast, tokens=tokens)
+    return encode_texts(model, tokenizer, texts, tower, options, titles=titles)
 
 
 def _select(examples: Sequence[dict], max_questions: int) -> list[dict]:
