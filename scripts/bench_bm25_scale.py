@@ -85,10 +85,16 @@ def child_build(passages: Path, shard_passages: int, index_dir: Path) -> dict:
 
 
 def run_build(passages: Path, shard_passages: int, index_dir: Path) -> dict:
+    """A build in a fresh process; its figures are kept beside the index, which a later run reuses."""
+    record = index_dir.with_name(index_dir.name + ".build.json")
+    if record.is_file() and (index_dir / "dpr_bm25.json").is_file():
+        return json.loads(record.read_text())
     cmd = [sys.executable, __file__, "--child-build", str(passages), "--shard-passages", str(shard_passages),
            "--index-dir", str(index_dir)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    record.write_text(json.dumps(res) + "\n")
+    return res
 
 
 def dense_top(index, token_ids, k: int):
@@ -110,11 +116,13 @@ def cpu_per_query(fn, n_queries: int) -> float:
     return (time.process_time() - c0) / n_queries
 
 
-def measure_search(one_dir: Path, sharded_dir: Path, questions: list[str], args: argparse.Namespace) -> dict:
+def measure_search(one_dir: Path | None, sharded_dir: Path, questions: list[str], args: argparse.Namespace) -> dict:
     from dpr import bm25
     from dpr.bm25.search import _query_token_ids
 
-    one, sharded = bm25.load_index(one_dir), bm25.load_index(sharded_dir)
+    sharded = bm25.load_index(sharded_dir)
+    # above --one-shot-max there is no one-shot index: the dense scoring runs over the sharded one's postings
+    one = bm25.load_index(one_dir) if one_dir is not None else sharded
     qs = questions[: args.queries]
     tokens = _query_token_ids(one, qs)
     k = args.k
@@ -147,6 +155,8 @@ def main() -> None:
     ap.add_argument("--data-dir", default=str(REPO / "data" / "prepared"))
     ap.add_argument("--dataset", default="squad1_open")
     ap.add_argument("--work", default="/tmp/bench_bm25_scale", help="corpora and indexes (reused)")
+    ap.add_argument("--one-shot-max", type=int, default=1_000_000,
+                    help="no one-shot build above this size (its memory grows with N)")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--thread-queries", type=int, default=2000)
     ap.add_argument("--k", type=int, default=100)
@@ -170,14 +180,15 @@ def main() -> None:
     results = []
     for n in sizes:
         corpus = write_corpus(root, n, work / f"n{n}" / "passages.tsv", args.seed)
+        one_dir = work / f"n{n}" / "one_shot" if n <= args.one_shot_max else None
         row = {"passages": n,
-               "one_shot": run_build(corpus, n, work / f"n{n}" / "one_shot"),
+               "one_shot": run_build(corpus, n, one_dir) if one_dir is not None else None,
                "sharded": run_build(corpus, args.shard_passages, work / f"n{n}" / "sharded")}
-        row.update(measure_search(work / f"n{n}" / "one_shot", work / f"n{n}" / "sharded", questions, args))
+        row.update(measure_search(one_dir, work / f"n{n}" / "sharded", questions, args))
         log.info("%s", json.dumps(row))
         results.append(row)
     series = {
-        "build_peak_one_shot": [r["one_shot"]["peak_rss_bytes"] for r in results],
+        "build_peak_one_shot": [r["one_shot"]["peak_rss_bytes"] if r["one_shot"] else None for r in results],
         "build_peak_sharded": [r["sharded"]["peak_rss_bytes"] for r in results],
         "build_s_sharded": [r["sharded"]["build_s"] for r in results],
         "dense_cpu_ms": [r["dense_cpu_ms"] for r in results],

@@ -128,8 +128,7 @@ def bench_bm25(n: int, real: dict, synth: tuple[list[str], list[str]], check: An
         t0 = time.perf_counter()
         index = bm25.build_index_from_rows(iter_rows(order, ids, texts, titles), total=n)
         build_s = time.perf_counter() - t0
-    sc = index.retriever.scores
-    index_bytes = sum(int(sc[key].nbytes) for key in ("data", "indices", "indptr"))
+    index_bytes = sum(int(sh.scores[key].nbytes) for sh in index.postings() for key in ("data", "indices", "indptr"))
     questions = [q for q, _ in real["pairs"]]
     t0 = time.perf_counter()
     found, _ = bm25.search_indices(index, questions, k=check.k, show_progress=False)

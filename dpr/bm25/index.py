@@ -300,4 +300,5 @@ def get_or_build_index(passages_path: str | Path, index_dir: str | Path,
                         **{k: v for k, v in params.items() if k != "method"})
     index.meta["key"] = key
     save_index(index, index_dir)
-    return index
+    # a sharded build's shards are read from their saved copy (the build's temporary folder then goes)
+    return index if index.shards is None else load_index(index_dir)
