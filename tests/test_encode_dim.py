@@ -19,6 +19,7 @@ from dpr.index.shards import list_shards, read_embeddings, write_shard
 from dpr.models.truncate import truncate
 from tests.conftest import TINY_QA
 from tests.encode_kw import encode_corpus, save_encoded
+from tests.run_command import run_as_subprocess
 
 BIN = Path(sys.executable).parent
 FP32 = dict(dtype="float32", autocast="off", runtime="torch", batch_size=4, progress=False)  # exact: fp32 throughout
@@ -89,12 +90,12 @@ def test_encode_dim_too_large_is_one_line_before_any_work(cosine_run, tiny_data_
     with pytest.raises(ValueError, match="dim=64 is larger than the 32 dimensions"):
         encode_corpus(cosine_run, _passages(tiny_data_dir), out, dim=64, **FP32)
     assert not out.exists()
-    proc = subprocess.run([str(BIN / "dpr-encode"), f"model={cosine_run}", f"passages={_passages(tiny_data_dir)}",
+    proc = run_as_subprocess([str(BIN / "dpr-encode"), f"model={cosine_run}", f"passages={_passages(tiny_data_dir)}",
                            f"output_dir={out}", "dim=64"], capture_output=True, text=True, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "dim=64" in lines[0] and "32" in lines[0], proc.stderr
     assert not out.exists()
-    proc = subprocess.run([str(BIN / "dpr-encode"), f"model={cosine_run}", f"passages={_passages(tiny_data_dir)}",
+    proc = run_as_subprocess([str(BIN / "dpr-encode"), f"model={cosine_run}", f"passages={_passages(tiny_data_dir)}",
                            f"output_dir={out}", "dim=0"], capture_output=True, text=True, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "dim" in lines[0], proc.stderr

@@ -13,6 +13,7 @@ import pytest
 
 from dpr.atomic import sha256_file
 from dpr.run_dir import prepare_run_dir
+from tests.run_command import run_as_subprocess
 
 BIN = Path(sys.executable).parent
 
@@ -40,26 +41,26 @@ def test_changed_config_refused_and_finished_run_untouched(tiny_model_dir, tiny_
     (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
     out = tmp_path / "run"
     base = _cmd(conf, tiny_data_dir, tiny_model_dir, out)
-    proc = subprocess.run(base, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(base, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     before = _snapshot(out)
     assert ".hydra/config.yaml" in before and "train_summary.json" in before
 
     # other settings into the finished run: refused in one line that says how to overwrite; before this,
     # the failing run had already rewritten .hydra/config.yaml and deleted the checkpoints
-    proc = subprocess.run(base + ["train.lr=5e-4"], env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(base + ["train.lr=5e-4"], env=_env(), capture_output=True, text=True, timeout=300)
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-train")]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert "train.lr" in lines[0] and "overwrite=true" in lines[0] and "output_dir=" in lines[0]
     assert _snapshot(out) == before and not list(out.glob(".hydra.pending*"))
 
     # a config that fails its checks leaves the finished run as it was too
-    proc = subprocess.run(base + ["train.max_steps=0", "train.epochs=0"], env=_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = run_as_subprocess(base + ["train.max_steps=0", "train.epochs=0"], env=_env(), capture_output=True,
+                             text=True, timeout=300)
     assert proc.returncode == 2 and _snapshot(out) == before
 
     # the same settings again: allowed (resume/finish), the run stays whole
-    proc = subprocess.run(base, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(base, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     # overwrite=true on purpose, killed as soon as it starts training: the directory no longer looks
@@ -103,7 +104,7 @@ def test_other_training_data_is_another_run(tiny_model_dir, tiny_data_dir, tmp_p
     (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
     out = tmp_path / "run"
     base = _cmd(conf, tiny_data_dir, tiny_model_dir, out, "train.validate=false")
-    proc = subprocess.run(base, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(base, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     before = _snapshot(out)
     train_json = tiny_data_dir / "tiny" / "train.json"
@@ -114,7 +115,7 @@ def test_other_training_data_is_another_run(tiny_model_dir, tiny_data_dir, tmp_p
     # "same" and replaced the finished run's weights
     other = tmp_path / "other.json"
     other.write_text(json.dumps(json.loads(train_json.read_text())[:4]))
-    proc = subprocess.run(base + [f"train_file={other}"], env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(base + [f"train_file={other}"], env=_env(), capture_output=True, text=True, timeout=300)
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-train")]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert "train data: sha256" in lines[0] and "overwrite=true" in lines[0]
@@ -122,15 +123,15 @@ def test_other_training_data_is_another_run(tiny_model_dir, tiny_data_dir, tmp_p
 
     # a training file that does not exist: one line, and the finished run's .hydra/ is left as it was
     # (before, .hydra/config.yaml was rewritten before the data was looked for)
-    proc = subprocess.run(base + [f"train_file={tmp_path / 'missing.json'}"], env=_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = run_as_subprocess(base + [f"train_file={tmp_path / 'missing.json'}"], env=_env(), capture_output=True,
+                             text=True, timeout=300)
     assert proc.returncode == 2 and "missing.json" in proc.stderr, proc.stderr[-3000:]
     assert _snapshot(out) == before and not list(out.glob(".hydra.pending*"))
 
     # the same data under another name is the same run
     same = tmp_path / "copy.json"
     same.write_bytes(train_json.read_bytes())
-    proc = subprocess.run(base + [f"train_file={same}"], env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(base + [f"train_file={same}"], env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "run directory" in proc.stderr + proc.stdout and ": same" in proc.stderr + proc.stdout
 
 
@@ -174,6 +175,7 @@ def _holder_of(out: Path) -> str:
     return f.read_text() if f.is_file() else ""
 
 
+@pytest.mark.slow
 def test_a_second_dpr_train_into_a_running_runs_directory_is_refused(tiny_model_dir, tiny_data_dir, tmp_path):
     """Real processes: A trains; B into A's directory says who holds it (pid, host, since) and exits 2 without
     touching it; A, killed, leaves a stale lock that C takes over (before: B replaced A silently, both exit 0)."""
@@ -231,7 +233,8 @@ def test_every_trainer_takes_the_run_directory_lock(tiny_model_dir, tiny_data_di
         (conf / "data").mkdir(parents=True)
         (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
         args += ["--config-dir", str(conf)]
-        proc = subprocess.run(args, env=_env(), capture_output=True, text=True, timeout=300)
+        # the holder is a real process; the refused command runs in-process (its flock is its own open file)
+        proc = run_as_subprocess(args, env=_env(), capture_output=True, text=True, timeout=300)
         lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(cmd[0])]
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
         assert f"{run} is in use by another run: pid {holder.pid}" in lines[0] and "(holder)" in lines[0]

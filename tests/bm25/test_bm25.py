@@ -24,6 +24,7 @@ from dpr.negatives import bm25 as mine
 from dpr.retrieval import BM25Retriever
 from dpr.retrieval.records import iter_qa_records
 from dpr.retrieval.runs import retrieve_split
+from tests.run_command import run_command
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "WANDB_MODE": "disabled"}
@@ -101,6 +102,7 @@ def test_weights_bit_identical_to_bm25s_index(tiny, monkeypatch, chunk_tokens):
         _assert_same_weights(ours, _bm25s_own_index(rows, stopwords, stemmer))
 
 
+@pytest.mark.slow
 def test_weights_bit_identical_on_real_corpus(mirror_dir):
     from dpr.data.beir import iter_beir_corpus
 
@@ -227,6 +229,7 @@ def test_mining_qrels_excludes_judged_documents(tmp_path):
     assert stats["train"]["rejected_judged"] == 2 and stats["train"]["rejected_positive"] == 1
 
 
+@pytest.mark.slow
 def test_mining_on_real_squad(mirror_dir):
     """SQuAD dev paragraphs as the corpus, 400 questions: no mined negative holds an answer."""
     from dpr.data.squad import read_squad
@@ -254,8 +257,7 @@ def test_mining_on_real_squad(mirror_dir):
 
 
 def _run(args, cwd):
-    return subprocess.run([str(BIN / "dpr-bm25"), *args], cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=180)
+    return run_command(["dpr-bm25", *args], cwd=cwd)  # the console script's main, in-process
 
 
 def test_cli_bm25_dataset_mine_and_eval(tiny_data_dir, tmp_path):

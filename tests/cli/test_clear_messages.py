@@ -3,12 +3,7 @@ dtype=float32", the dtype it was already using."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-BIN = Path(sys.executable).parent
+from tests.run_command import run_command
 
 
 def test_a_corrupt_model_is_not_told_to_use_the_dtype_it_uses(tmp_path, tiny_model_dir, tiny_data_dir):
@@ -21,11 +16,9 @@ def test_a_corrupt_model_is_not_told_to_use_the_dtype_it_uses(tmp_path, tiny_mod
     bad = tmp_path / "nan_model"
     model.save_pretrained(bad)
     AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(bad)
-    env = {**os.environ, "WANDB_MODE": "disabled"}
     for dtype in ("float32", "float16"):
-        proc = subprocess.run([str(BIN / "dpr-encode"), f"model={bad}", f"passages={tiny_data_dir / 'tiny' / 'passages.tsv'}",
-                               f"output_dir={tmp_path / dtype}", f"dtype={dtype}"], capture_output=True, text=True,
-                              env=env, timeout=300)
+        proc = run_command(["dpr-encode", f"model={bad}", f"passages={tiny_data_dir / 'tiny' / 'passages.tsv'}",
+                            f"output_dir={tmp_path / dtype}", f"dtype={dtype}"])
         lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-encode")]
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
         assert f"the model {bad} produces non-finite (NaN/inf) passage vectors" in lines[0], lines[0]

@@ -1,6 +1,7 @@
 """Hydra's own flags (--cfg job, --info, --help, -m) work with overrides, in any order, on every command.
 
-The real console scripts run in subprocesses; ``--cfg`` / ``--info`` / ``--help`` print and do no work.
+Each console script's entry point runs in-process (tests/run_command.py: ``sys.argv`` set, ``SystemExit`` caught,
+output captured); ``--cfg`` / ``--info`` / ``--help`` print and do no work.
 Before dpr/cli/argv.py, ``dpr-train loss=hinge --cfg job`` failed with "unrecognized arguments:
 hydra.output_subdir=.hydra.pending" (the command appended its own override after Hydra's flags), and an
 override after a flag failed on every command (argparse reads the overrides as one positional run).
@@ -8,9 +9,7 @@ override after a flag failed on every command (argparse reads the overrides as o
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,14 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dpr.cli.argv import hydra_argv, shows_only, split_argv
-
-BIN = Path(sys.executable).parent
+from tests.run_command import run_command
 
 
 def _run(command: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, WANDB_MODE="disabled")
-    env.pop("RANK", None)
-    return subprocess.run([str(BIN / command), *args], env=env, capture_output=True, text=True, timeout=120, cwd=cwd)
+    return run_command([command, *args], cwd=cwd)  # the console script's main, in-process
 
 
 # (command, first override, second override, what each must print in the job config)

@@ -9,19 +9,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-BIN = Path(sys.executable).parent
+from tests.run_command import run_command
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "disabled"}
-    env.pop("RANK", None)
-    return subprocess.run([str(BIN / args[0]), *args[1:]], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=300)
+    return run_command(args, cwd=cwd)  # in-process: the refusals are what the command prints and returns
 
 
 def _one_line(proc: subprocess.CompletedProcess, *words: str) -> str:

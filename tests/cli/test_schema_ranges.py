@@ -167,16 +167,12 @@ def test_numeric_key_refused_or_legal(configs, cmd, key, kind, is_list, optional
 
 def test_reader_settings_are_range_checked_before_any_work(tmp_path):
     """dpr-reader had no schema: a bad reader_cfg value ran (or failed deep inside). Now one line, exit 2."""
-    import os
-    import subprocess
-    import sys
+    from tests.run_command import run_command
 
-    exe = Path(sys.executable).parent / "dpr-reader"
-    env = dict(os.environ, WANDB_MODE="disabled")
     for args, key in ((["eval", "model=/x", f"output={tmp_path}/o.json", f"results={tmp_path}/r.json",
                         "reader_cfg.eval.n_best=0"], "reader_cfg.eval.n_best"),
                       (["train", f"output_dir={tmp_path}/r", "reader_cfg.train.lr=nan"], "reader_cfg.train.lr")):
-        proc = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        proc = run_command(["dpr-reader", *args], cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.strip().startswith(f"dpr-reader: error: config key {key}:"), \
             proc.stderr[-2000:]
     assert not (tmp_path / "r").exists()

@@ -14,6 +14,7 @@ from dpr.data.dataset import DatasetPaths
 from dpr.data.passages import iter_passages
 from dpr.data.retriever_json import read_retriever_json
 from dpr.errors import DataError
+from tests.run_command import run_command
 
 BIN = Path(sys.executable).parent
 
@@ -34,8 +35,7 @@ def make_beir_folder(root: Path, splits: tuple[str, ...], n_queries: int = 20) -
 
 
 def dpr_data(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "dpr-data"), "data=beir", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+    return run_command(["dpr-data", "data=beir", *args], cwd=cwd)  # the console script's main, in-process
 
 
 def test_folder_with_its_own_splits(tmp_path):

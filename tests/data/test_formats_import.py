@@ -23,6 +23,7 @@ from dpr.data.prepare import prepare_dataset
 from dpr.data.prepare.import_ import collect
 from dpr.data.retriever_json import read_retriever_json
 from dpr.errors import DataError
+from tests.run_command import run_as_subprocess
 
 BIN = Path(sys.executable).parent
 TOPICS = ["cats", "dogs", "owls", "bees", "eels", "yaks", "emus", "rats", "cows", "ants"]
@@ -367,20 +368,20 @@ def test_fuzzed_parquet_fails_with_one_line(tmp_path_factory, pos, junk):
 
 def test_cli_import_and_export(tmp_path):
     src = make_source(tmp_path, "flagembedding")
-    proc = subprocess.run([str(BIN / "dpr-data"), "data=import", "data.format=flagembedding", f"data.path={src}",
+    proc = run_as_subprocess([str(BIN / "dpr-data"), "data=import", "data.format=flagembedding", f"data.path={src}",
                            "data.name=mine", f"data_dir={tmp_path / 'prep'}"], capture_output=True, text=True,
                           cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     ds = DatasetPaths(tmp_path / "prep" / "mine")
     assert proc.stdout.strip().endswith(str(ds.root)) and ds.kind == "qrels"
-    proc = subprocess.run([str(BIN / "dpr-data"), "export", "data=mine", f"data_dir={tmp_path / 'prep'}",
+    proc = run_as_subprocess([str(BIN / "dpr-data"), "export", "data=mine", f"data_dir={tmp_path / 'prep'}",
                            "format=sentence_transformers", "output=mine.jsonl"], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
+                             cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(x) for x in (tmp_path / "mine.jsonl").read_text().splitlines()]
     assert len(rows) == 10 and list(rows[0]) == ["anchor", "positive", "negative_1", "negative_2", "scores"]
     _write_jsonl(src, flag_rows()[:3] + [{"query": "q", "pos": []}])
-    proc = subprocess.run([str(BIN / "dpr-data"), "data=import", "data.format=flagembedding", f"data.path={src}",
+    proc = run_as_subprocess([str(BIN / "dpr-data"), "data=import", "data.format=flagembedding", f"data.path={src}",
                            "data.name=bad", f"data_dir={tmp_path / 'prep'}"], capture_output=True, text=True,
                           cwd=tmp_path, timeout=300)
     assert proc.returncode == 2 and proc.stderr.strip() == f"dpr-data: error: {src}:4: field 'pos': empty list"
@@ -405,6 +406,7 @@ def test_an_imported_set_trains_as_qrels_data(tmp_path, tiny_model_dir, one_thre
     assert summary["best_metric"]["name"] == "ndcg@10" and summary["steps"] == 2
 
 
+@pytest.mark.slow
 def test_test_fraction_holds_questions_out_and_the_pipeline_runs_end_to_end(tmp_path, tiny_model_dir):
     """``data.test_fraction``: a seeded share of the questions becomes qrels/test.tsv (never in train/dev), so
     ``dpr-pipeline data=import …`` runs end to end on a peer-format set and reports against BM25."""
@@ -429,8 +431,8 @@ def test_test_fraction_holds_questions_out_and_the_pipeline_runs_end_to_end(tmp_
            f"model.name={tiny_model_dir}", "model.pooling=cls", "train.max_steps=2", "train.batch_size=4",
            "train.hard_negatives=1", "train.save_every=0", "train.frozen_steps=0", "bm25.num_negatives=2",
            "retrieve.k=5", "encode.batch_size=4", "train.precision=fp32"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"},
-                          timeout=600)
+    proc = run_as_subprocess(cmd, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"},
+                             timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "eval" / "report.json").read_text())
     assert {"bm25", "dense", "hybrid"} <= set(report["systems"])

@@ -356,13 +356,9 @@ def test_failure_mid_build_keeps_previous_output(mirror_dir, tmp_path, monkeypat
 # --- the dpr-data command -------------------------------------------------------------------------------
 
 def _run_cli(*args: str, env_mirror: Path | None = None) -> subprocess.CompletedProcess:
-    import os
+    from tests.run_command import run_command  # the console script's main, in-process
 
-    env = {k: v for k, v in os.environ.items() if k != "DPR_DATA_MIRROR"}
-    env["WANDB_MODE"] = "disabled"
-    if env_mirror is not None:
-        env["DPR_DATA_MIRROR"] = str(env_mirror)
-    return subprocess.run([str(DPR_DATA), *args], capture_output=True, text=True, env=env, timeout=120)
+    return run_command([DPR_DATA.name, *args], env={"DPR_DATA_MIRROR": str(env_mirror) if env_mirror else None})
 
 
 def test_cli_bad_mirror_one_line_error(mirror_dir, tmp_path):
@@ -384,7 +380,9 @@ def test_cli_prepares_with_mirror_override(mirror_dir, tmp_path):
 def test_cli_writes_nothing_into_cwd(mirror_dir, tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    proc = subprocess.run([str(DPR_DATA), "data=nq_open_dev", f"data_dir={tmp_path / 'prep'}", f"data.mirror_dir={mirror_dir}"],
-                          cwd=cwd, capture_output=True, text=True, timeout=120)
+    from tests.run_command import run_command  # in-process, run from cwd as the script would be
+
+    proc = run_command([DPR_DATA.name, "data=nq_open_dev", f"data_dir={tmp_path / 'prep'}",
+                        f"data.mirror_dir={mirror_dir}"], cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     assert list(cwd.iterdir()) == []

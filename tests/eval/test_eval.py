@@ -14,6 +14,7 @@ from dpr.errors import DataError
 from dpr.eval import stats
 from dpr.eval.report import evaluate_qa, system_names
 from dpr.eval.topk import NO_HIT, first_hit_ranks, top_k_accuracy
+from tests.run_command import run_as_subprocess
 
 BIN = Path(sys.executable).parent
 
@@ -218,8 +219,8 @@ def test_system_names():
 def test_cli_eval(tmp_path):
     fa, fb = write(tmp_path / "bm25.json", system_a()), write(tmp_path / "dense.json", system_b())
     out = tmp_path / "ev"
-    proc = subprocess.run([str(BIN / "dpr-eval"), f"results=[{fa},{fb}]", f"output_dir={out}", "resamples=100"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = run_as_subprocess([str(BIN / "dpr-eval"), f"results=[{fa},{fb}]", f"output_dir={out}", "resamples=100"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     report = json.loads((out / "report.json").read_text())
     assert set(report["systems"]) == {"bm25", "dense"}
@@ -228,7 +229,7 @@ def test_cli_eval(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bm25.json", "dense.json", "ev"]  # nothing else in cwd
 
     bad = write(tmp_path / "bad.json", [{"question": "q1", "answers": ["x"]}])
-    proc = subprocess.run([str(BIN / "dpr-eval"), f"results=[{bad}]", f"output_dir={out}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = run_as_subprocess([str(BIN / "dpr-eval"), f"results=[{bad}]", f"output_dir={out}"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "field 'ctxs'" in proc.stderr and "record 0" in proc.stderr

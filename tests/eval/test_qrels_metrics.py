@@ -68,6 +68,7 @@ def test_query_missing_from_run_scores_zero():
     assert mean_metrics(run, qrels)["recall@10"] == pytest.approx(0.5)
 
 
+@pytest.mark.slow
 def test_bm25_on_nfcorpus_equals_pytrec_eval(mirror_dir, tmp_path):
     """A real run: BM25 over NFCorpus (built straight from the BEIR files), test queries, top 100."""
     from dpr.bm25 import build_index_from_rows

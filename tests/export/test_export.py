@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TINY_PASSAGES, TINY_QA
+from tests.run_command import run_command
 
 QUESTIONS = [q for q, _, _ in TINY_QA] + ["word " * 80]  # the last one is cut at the question max length
 PASSAGES = [text for _, text, _ in TINY_PASSAGES] + ["long passage " * 60]
@@ -33,10 +34,8 @@ def make_run(tiny_model_dir: Path, out: Path, **config) -> Path:
 
 
 def export_cli(run_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "dpr.cli.export", f"model={run_dir}", "format=sentence-transformers",
-           f"output={out}", *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=out.parent,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    cmd = ["dpr-export", f"model={run_dir}", "format=sentence-transformers", f"output={out}", *extra]
+    return run_command(cmd, cwd=out.parent, env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
 
 
 @pytest.mark.parametrize("config", [

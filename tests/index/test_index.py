@@ -14,6 +14,7 @@ import pytest
 from dpr.errors import DataError
 from dpr.index import build_and_save, build_index, default_nlist, default_pq_m, load_index, resolve_factory, save_index, search
 from dpr.index.shards import ShardFiles, list_shards, shard_range, write_shard
+from tests.run_command import run_as_subprocess
 
 N, DIM = 1200, 32
 BIN = Path(sys.executable).parent
@@ -183,7 +184,7 @@ def test_gpu_request_without_gpu_falls_back(emb, queries, caplog, tmp_path):
 def test_cli_builds_ivfpq_and_reports_bad_input(emb, tmp_path):
     root, _, _ = emb
     out = tmp_path / "idx" / "ivfpq.faiss"
-    proc = subprocess.run(
+    proc = run_as_subprocess(
         [str(BIN / "dpr-index"), f"embeddings={root}", f"output={out}", "index=ivfpq", "index.train_sample=600"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
     )
@@ -191,7 +192,7 @@ def test_cli_builds_ivfpq_and_reports_bad_input(emb, tmp_path):
     assert "bytes/passage" in proc.stdout and "IVF15,PQ4" in proc.stdout
     assert out.is_file() and Path(str(out) + ".ids").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]  # nothing written into the cwd
-    bad = subprocess.run(
+    bad = run_as_subprocess(
         [str(BIN / "dpr-index"), f"embeddings={tmp_path / 'none'}", f"output={out}"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
     )

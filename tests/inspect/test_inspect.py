@@ -15,6 +15,7 @@ from dpr.data.formats.scores import FILE_NAME, write_teacher_scores
 from dpr.data.passages import write_passages
 from dpr.data.retriever_json import write_retriever_json
 from dpr.inspect import compute, dataset_warnings
+from tests.run_command import run_as_subprocess
 
 BIN = Path(sys.executable).parent
 LONG = " ".join(["word"] * 30)
@@ -124,9 +125,9 @@ def test_qrels_judged_negatives_count_and_answers_do_not(tmp_path):
 
 def test_cli_writes_the_report(tmp_path):
     build(tmp_path / "prep" / "bad", BAD_TRAIN)
-    proc = subprocess.run([str(BIN / "dpr-data"), "inspect", "data=bad", f"data_dir={tmp_path / 'prep'}",
+    proc = run_as_subprocess([str(BIN / "dpr-data"), "inspect", "data=bad", f"data_dir={tmp_path / 'prep'}",
                            "output=report", "model.passage_max_length=8", "train.batch_size=2"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rep = json.loads((tmp_path / "report" / "inspect.json").read_text())
     assert rep["false_negatives"]["false_negative_rate"] == pytest.approx(0.4)
@@ -135,9 +136,9 @@ def test_cli_writes_the_report(tmp_path):
     md = (tmp_path / "report" / "inspect.md").read_text()
     assert "WARNING: 40.0% of the mined negatives" in md
     assert "WARNING: 40.0% of the mined negatives" in proc.stdout + proc.stderr
-    proc = subprocess.run([str(BIN / "dpr-data"), "inspect", "data=bad", f"data_dir={tmp_path / 'prep'}",
+    proc = run_as_subprocess([str(BIN / "dpr-data"), "inspect", "data=bad", f"data_dir={tmp_path / 'prep'}",
                            "output=report", "inspect.false_negative_max=abc"], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
+                             cwd=tmp_path, timeout=300)
     assert proc.returncode == 2 and "inspect.false_negative_max" in proc.stderr
 
 
@@ -158,7 +159,7 @@ def test_dpr_train_prints_the_same_warnings_at_start(tmp_path, tiny_model_dir):
            f"data_dir={data_dir}", f"output_dir={tmp_path / 'run'}", "model=tiny", f"model.name={tiny_model_dir}",
            "model.passage_max_length=8", "train.max_steps=1", "train.batch_size=2", "train.hard_negatives=1",
            "train.val_batch_size=8", "train.precision=fp32"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     logged = proc.stdout + proc.stderr
     expected = dataset_warnings(data_dir / "bad", {"model": {"name": str(tiny_model_dir), "question_max_length": 32,

@@ -32,6 +32,7 @@ def lora_ddp_run(tiny_llama_dir, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_name", ["softmax_nll", "kl_distill"])
 @pytest.mark.parametrize("step", ["standard", "cache"])
 def test_two_processes_with_lora_match_one_process(lora_ddp_run, tiny_llama_dir, loss_name, step):

@@ -13,6 +13,7 @@ import pytest
 from dpr.reader.infer import AnswerRule, Reading, choose
 from dpr.reader.open_domain import answer_at_k
 from dpr.reader.windows import char_to_token_span, find_answer_spans, make_windows
+from tests.run_command import run_command
 
 BIN = Path(sys.executable).parent
 
@@ -140,9 +141,7 @@ def test_gold_passages_are_read_without_the_rank_prior():
 
 
 def _reader(*args: str) -> subprocess.CompletedProcess:
-    exe = BIN / "dpr-reader"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "dpr.cli.reader"]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=600)
+    return run_command(["dpr-reader", *args])  # the console script's main, in-process
 
 
 def test_tiny_reader_trains_resumes_and_evaluates_end_to_end(tiny_data_dir, tiny_model_dir, tmp_path):

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from dpr.rerank.config import RerankConfig
 from dpr.rerank.losses import bce_loss, group_accuracy, listwise_loss
+from tests.run_command import run_as_subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -202,9 +203,9 @@ def test_float_keys_accept_exactly_their_finite_range(key, value):
 def test_cli_bad_values_are_one_line(tmp_path):
     for arg, key in (("rerank.train.lr=0", "rerank.train.lr"), ("rerank.train.lr=abc", "rerank.train.lr"),
                      ("rerank.train.batchsize=3", "batchsize"), ("rerank.score.k=-2", "rerank.score.k")):
-        proc = subprocess.run([sys.executable, "-m", "dpr.cli.rerank", "train", "data.name=tiny", arg,
+        proc = run_as_subprocess([sys.executable, "-m", "dpr.cli.rerank", "train", "data.name=tiny", arg,
                                f"output_dir={tmp_path / 'o'}"], cwd=tmp_path, capture_output=True, text=True,
-                              env={**__import__("os").environ, "PYTHONPATH": str(REPO)}, timeout=300)
+                                 env={**__import__("os").environ, "PYTHONPATH": str(REPO)}, timeout=300)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and key in lines[0], proc.stderr
 
@@ -222,9 +223,9 @@ def test_export_loads_in_sentence_transformers_with_the_same_scores(tiny_ce, tmp
     model, tok = tiny_ce
     ce = save_cross_encoder(model, tok, tmp_path / "ce", {"max_length": 48, "title": True})
     out = tmp_path / "export"
-    proc = subprocess.run([sys.executable, "-m", "dpr.cli.export", f"model={ce}", f"output={out}", "check=true"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    proc = run_as_subprocess([sys.executable, "-m", "dpr.cli.export", f"model={ce}", f"output={out}", "check=true"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                             env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out / "README.md").read_text().startswith("---\n") and "CrossEncoder" in (out / "README.md").read_text()
     figures = compare_cross_encoder_export(ce, out, CHECK_QUESTIONS, CHECK_PASSAGES)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from dpr.data.results import read_results, read_trec_run, write_results, write_trec_run
+from tests.run_command import run_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,8 +113,7 @@ def test_a_trec_run_is_reranked_with_the_datasets_texts_and_scored_by_qrels(ce_d
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dpr.cli.rerank", "score", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return run_command(["dpr-rerank", "score", *args], cwd=cwd)  # the console script's main, in-process
 
 
 def test_cli_reranks_a_trec_run_of_a_dataset_and_refuses_bad_values_in_one_line(ce_dir, tmp_path):

@@ -23,6 +23,7 @@ from dpr.rerank.adapters import saved_info
 from dpr.rerank.config import RerankConfig
 from dpr.rerank.model import build_cross_encoder, document_text, load_cross_encoder, save_cross_encoder
 from dpr.rerank.score import score_pairs
+from tests.run_command import run_as_subprocess
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CLI = [sys.executable, "-m", "dpr.cli.rerank"]
@@ -137,8 +138,8 @@ def test_adapters_on_another_base_are_refused_in_one_line(tiny_model_dir, tmp_pa
     with pytest.raises(DataError, match="base_fingerprint.*trained on another"):
         load_cross_encoder(out, device="cpu")
     results = _results(tmp_path / "dev.json")
-    proc = subprocess.run(CLI + ["score", f"model={out}", f"results={results}", f"output={tmp_path / 'r.json'}"],
-                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(CLI + ["score", f"model={out}", f"results={results}", f"output={tmp_path / 'r.json'}"],
+                             cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "trained on another" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "r.json").exists()
 
@@ -152,6 +153,7 @@ def _args(data: Path, base: Path, out: Path, *extra: str) -> list[str]:
             "rerank.train.precision=fp32", "rerank.train.cpu_threads=1", *extra]
 
 
+@pytest.mark.slow
 def test_a_killed_lora_run_resumes_to_the_same_adapters_then_scores(tiny_data_dir, tiny_model_dir, tmp_path):
     with_negatives(tiny_data_dir)
     straight, killed = tmp_path / "straight", tmp_path / "killed"

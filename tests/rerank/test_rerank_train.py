@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 from tests.system.test_faults import _env, _run, _run_stopped_at
 from tests.tiny_negatives import with_negatives
+from tests.run_command import run_as_subprocess
 
 CLI = [sys.executable, "-m", "dpr.cli.rerank"]
 
@@ -38,6 +39,7 @@ def _weights(out: Path) -> dict:
     return load_file(str(out / "cross_encoder" / "encoder" / "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_killed_training_resumes_to_the_weights_of_an_uninterrupted_run(tiny_data_dir, tiny_model_dir, tmp_path):
     with_negatives(tiny_data_dir)
     straight, killed = tmp_path / "straight", tmp_path / "killed"
@@ -98,9 +100,9 @@ def test_cli_trains_validates_and_reranks_end_to_end(tiny_data_dir, tiny_model_d
     assert all(torch.equal(best_weights[k], final[k]) for k in final)
 
     reranked = tmp_path / "reranked.json"
-    proc = subprocess.run(CLI + ["score", f"model={out}", f"results={dev}", f"output={reranked}", "rerank.score.k=3",
+    proc = run_as_subprocess(CLI + ["score", f"model={out}", f"results={dev}", f"output={reranked}", "rerank.score.k=3",
                                  "rerank.score.precision=fp32"], cwd=tmp_path, env=_env(), capture_output=True,
-                          text=True, timeout=300)
+                             text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     stats = json.loads(proc.stdout.strip().splitlines()[-1].split(" ", 2)[2])
     assert stats["questions"] == 8 and stats["precision"] == "fp32" and stats["seconds_per_question"] > 0
@@ -112,8 +114,8 @@ def test_cli_trains_validates_and_reranks_end_to_end(tiny_data_dir, tiny_model_d
         assert sorted(c["id"] for c in new["ctxs"][:3]) == sorted(c["id"] for c in old["ctxs"][:3])
         top = [c["score"] for c in new["ctxs"][:3]]
         assert top == sorted(top, reverse=True) and top == [c["rerank_logit"] for c in new["ctxs"][:3]]
-    proc = subprocess.run(CLI + ["score", f"model={tmp_path}", f"results={dev}", f"output={reranked}"], cwd=tmp_path,
-                          env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(CLI + ["score", f"model={tmp_path}", f"results={dev}", f"output={reranked}"], cwd=tmp_path,
+                             env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "not a cross-encoder directory" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -121,9 +123,9 @@ def test_cli_trains_validates_and_reranks_end_to_end(tiny_data_dir, tiny_model_d
     from dpr.training.teacher_scores import candidates_of, read_teacher_scores
 
     scores = tmp_path / "ts" / "teacher_scores.jsonl"
-    proc = subprocess.run(CLI + ["teacher-scores", f"model={out}", f"data_dir={tiny_data_dir}", "data.name=tiny",
+    proc = run_as_subprocess(CLI + ["teacher-scores", f"model={out}", f"data_dir={tiny_data_dir}", "data.name=tiny",
                                  f"output={scores}", "max_negatives=2", "rerank.score.precision=fp32"],
-                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+                             cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     train_json = tiny_data_dir / "tiny" / "train.json"
     train = json.loads(train_json.read_text())
@@ -131,6 +133,6 @@ def test_cli_trains_validates_and_reranks_end_to_end(tiny_data_dir, tiny_model_d
     assert store.manifest["questions"] == len(train)
     assert all(set(store.by_question[ex["question"]]) == {c["passage_id"] for c in candidates_of(ex, 2)}
                for ex in train)
-    proc = subprocess.run(CLI + ["teacher-scores", f"model={out}", f"output={scores}", "max_negatives=-1"],
-                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(CLI + ["teacher-scores", f"model={out}", f"output={scores}", "max_negatives=-1"],
+                             cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "max_negatives" in proc.stderr and "Traceback" not in proc.stderr

@@ -13,14 +13,14 @@ import pytest
 from dpr.data.results import read_results
 
 from tests.conftest import TINY_PASSAGES, TINY_QA, write_tiny_dataset
+from tests.run_command import run_command
 
 BIN = Path(sys.executable).parent
 QUESTIONS = [q for q, _, _ in TINY_QA]
 
 
 def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(BIN / cmd[0]), *cmd[1:]], capture_output=True, text=True, cwd=cwd, timeout=300,
-                          env={**os.environ, "WANDB_MODE": "disabled"})
+    proc = run_command(cmd, cwd=cwd)  # the console script's main, in-process
     assert proc.returncode == 0, proc.stderr
     return proc
 

@@ -18,13 +18,13 @@ from dpr.retrieval.passages import fetch_passages
 from dpr.retrieval.runs import dense_retrieve, hybrid_retrieve
 
 from tests.conftest import TINY_PASSAGES, TINY_QA
+from tests.run_command import run_command
 
 BIN = Path(sys.executable).parent
 
 
 def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / cmd[0]), *cmd[1:]], capture_output=True, text=True, cwd=cwd, timeout=300,
-                          env={**os.environ, "WANDB_MODE": "disabled"})
+    return run_command(cmd, cwd=cwd)  # the console script's main, in-process
 
 
 @pytest.fixture(scope="module")

@@ -72,6 +72,7 @@ def reference(tiny_model_dir, loss_name):
     return out, worker.grads_of(model)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_name", sorted(worker.LOSSES))
 @pytest.mark.parametrize("step", ["standard", "cache"])
 def test_two_processes_match_one_process(ddp_run, tiny_model_dir, loss_name, step):

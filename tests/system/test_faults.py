@@ -229,6 +229,7 @@ def _big_passages(path: Path, n: int = 600) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_dpr_encode_killed_at_several_points_resumes_identically(tiny_model_dir, tmp_path):
     passages = _big_passages(tmp_path / "passages.tsv", 300)
     base = [str(BIN / "dpr-encode"), f"model={tiny_model_dir}", f"passages={passages}", "num_shards=3",
@@ -280,6 +281,7 @@ def test_dpr_index_killed_then_rerun_identical(tmp_path):
         assert filecmp.cmp(out / name, tmp_path / "ref" / name, shallow=False), name
 
 
+@pytest.mark.slow
 def test_dpr_bm25_mine_killed_then_rerun_identical(tmp_path):
     from tests.conftest import write_tiny_dataset
 
@@ -313,6 +315,7 @@ def test_dpr_bm25_mine_killed_then_rerun_identical(tmp_path):
         assert filecmp.cmp(tiny / name, ref / "tiny" / name, shallow=False), name
 
 
+@pytest.mark.slow
 def test_two_concurrent_dpr_bm25_mine_runs(tmp_path):
     """Before: the second crashed with "Directory not empty". Now both succeed, one after the other."""
     from tests.conftest import write_tiny_dataset
@@ -332,6 +335,7 @@ def test_two_concurrent_dpr_bm25_mine_runs(tmp_path):
         assert filecmp.cmp(tmp_path / "data" / "tiny" / name, tmp_path / "ref" / "tiny" / name, shallow=False)
 
 
+@pytest.mark.slow
 def test_dpr_data_killed_then_rerun_identical_and_no_leftovers(mirror_dir, tmp_path):
     cmd = [str(BIN / "dpr-data"), "data=nq_open_dev", f"data.mirror_dir={mirror_dir}"]
     _run(cmd + [f"data_dir={tmp_path / 'ref'}"], tmp_path)
@@ -348,6 +352,7 @@ def test_dpr_data_killed_then_rerun_identical_and_no_leftovers(mirror_dir, tmp_p
     _same_tree(prep / "nq_open_dev", tmp_path / "ref" / "nq_open_dev", ignore=("meta.json",))
 
 
+@pytest.mark.slow
 def test_dpr_train_killed_at_checkpoints_then_rerun_identical(tiny_model_dir, tiny_data_dir, tmp_path):
     """dpr-train SIGKILLed after its first and after a later checkpoint; the same command again resumes
     and ends with the weights of an uninterrupted run, and no temporary leftovers."""

@@ -8,7 +8,6 @@ import json
 import math
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import faiss
@@ -250,14 +249,16 @@ def test_corrupt_safetensors_header_named(tiny_model_dir, tmp_path):
     assert str(weights) in str(info.value)
 
 
-def test_safetensors_error_from_the_loader_is_expected_and_names_the_file(tiny_model_dir, tmp_path):
+def test_safetensors_error_from_the_loader_is_expected_and_names_the_file(tiny_model_dir, tmp_path, capsys):
     """Through the Python API there is no pre-check: the loader's own SafetensorError is still one line with
     the file, exit 2 (it was an "unexpected error", exit 1)."""
+    from dpr.cli.common import report_errors
+    from dpr.models import load_biencoder
+
     weights = _truncated_copy(tiny_model_dir, tmp_path / "model")
-    code = ("from dpr.cli.common import report_errors\n"
-            "from dpr.models import load_biencoder\n"
-            f"report_errors('dpr-x')(lambda: load_biencoder({str(tmp_path / 'model')!r}))()\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    with pytest.raises(SystemExit) as exc:
+        report_errors("dpr-x")(lambda: load_biencoder(str(tmp_path / "model")))()
+    proc = subprocess.CompletedProcess([], exc.value.code, "", capsys.readouterr().err)
     _one_line(proc, "dpr-x: error:", str(weights), "corrupt or truncated safetensors file")
 
 

@@ -9,22 +9,16 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO, write_tiny_dataset
-
-BIN = Path(sys.executable).parent
-
-
-def _env(**extra: str) -> dict:
-    return {**os.environ, "WANDB_MODE": "disabled", **extra}
+from tests.run_command import run_command
 
 
 def test_relative_data_dir_and_output_survive_hydra_chdir(tmp_path):
     """``hydra.job.chdir=true`` moves the process into its run dir; relative ``data_dir``/``output`` still
     mean the launch directory (before: "no prepared dataset at data/tiny")."""
     write_tiny_dataset(tmp_path / "data" / "tiny")
-    proc = subprocess.run(
-        [str(BIN / "dpr-bm25"), "data=squad1_open", "data.name=tiny", "data.kind=qa", "data_dir=data",
-         "split=test", "output=out/bm25.json", "hydra.job.chdir=true", "hydra.run.dir=elsewhere"],
-        cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=300)
+    proc = run_command(
+        ["dpr-bm25", "data=squad1_open", "data.name=tiny", "data.kind=qa", "data_dir=data",
+         "split=test", "output=out/bm25.json", "hydra.job.chdir=true", "hydra.run.dir=elsewhere"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "out" / "bm25.json").is_file()
 
@@ -35,10 +29,9 @@ def test_relative_mirror_env_resolved_against_launch_dir(mirror_dir, tmp_path):
     launch = tmp_path / "launch"
     launch.mkdir()
     rel = os.path.relpath(mirror_dir, launch)
-    proc = subprocess.run(
-        [str(BIN / "dpr-data"), "data=nq_open_dev", "data_dir=prep", "hydra.job.chdir=true",
-         "hydra.run.dir=elsewhere"],
-        cwd=launch, capture_output=True, text=True, env=_env(DPR_DATA_MIRROR=rel), timeout=300)
+    proc = run_command(  # the mirror variable is read when the command runs, so in-process holds as a process
+        ["dpr-data", "data=nq_open_dev", "data_dir=prep", "hydra.job.chdir=true", "hydra.run.dir=elsewhere"],
+        cwd=launch, env={"DPR_DATA_MIRROR": rel})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (launch / "prep" / "nq_open_dev" / "test.qa.tsv").is_file()
 

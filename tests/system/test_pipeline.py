@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.run_command import run_as_subprocess
+
 BIN = Path(sys.executable).parent
 
 # Dev questions that differ from every test question and mislead BM25: each one's words match one
@@ -36,7 +38,10 @@ def _distinct_dev(root: Path) -> None:
     (root / "dev.qa.tsv").write_text("".join(f"{q}\t{json.dumps(a)}\n" for q, a, _ in DEV_QA), encoding="utf-8")
 
 
-def _pipeline(tiny_data_dir: Path, tiny_model_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+def _pipeline(tiny_data_dir: Path, tiny_model_dir: Path, out: Path, *extra: str,
+              in_process: bool = False) -> subprocess.CompletedProcess:
+    """The tiny run through the console script: a process (the end-to-end runs), or, for a refusal before any
+    stage, its main in-process (``in_process=True``)."""
     cmd = [
         str(BIN / "dpr-pipeline"), "data.name=tiny", "data.kind=qa", "data.recipe=none",
         f"data_dir={tiny_data_dir}", f"output_dir={out}", f"model.name={tiny_model_dir}",
@@ -46,9 +51,12 @@ def _pipeline(tiny_data_dir: Path, tiny_model_dir: Path, out: Path, *extra: str)
         "encode.batch_size=4", *extra,
     ]
     env = {**os.environ, "WANDB_MODE": "disabled"}
+    if in_process:
+        return run_as_subprocess(cmd, env=env)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.precision  # the export's runtime follows auto's precision rule: runs under both rules in .ci/run
 def test_pipeline_end_to_end_and_skips_up_to_date_stages(tiny_data_dir, tiny_model_dir, tmp_path):
     from dpr.data.qa import read_qa_tsv
@@ -130,7 +138,7 @@ def _check_mined_negatives(root: Path) -> None:
 
 
 def test_pipeline_missing_dataset_is_one_line_error(tmp_path, tiny_model_dir):
-    proc = subprocess.run(
+    proc = run_as_subprocess(
         [str(BIN / "dpr-pipeline"), "data.name=nothing", "data.recipe=none", f"data_dir={tmp_path}",
          f"output_dir={tmp_path / 'run'}", f"model.name={tiny_model_dir}"],
         capture_output=True, text=True, timeout=300,
@@ -161,6 +169,7 @@ def _qrels_dataset(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_pipeline_on_qrels_data_reports_qrels_metrics(tiny_model_dir, tmp_path):
     data_dir = tmp_path / "data"
     _qrels_dataset(data_dir / "tiny")

@@ -25,6 +25,7 @@ def _pipeline(data_dir: Path, model_dir: Path, out: Path, preset: str) -> subpro
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family,preset", [("llama", "llama"), ("qwen2", "qwen2")])
 def test_decoder_presets_through_the_pipeline_and_export(family, preset, tiny_data_dir, tmp_path):
     from tests.conftest import build_tiny_decoder

@@ -16,6 +16,7 @@ from tests.system.test_pipeline import _pipeline
 BIN = Path(sys.executable).parent
 
 
+@pytest.mark.slow
 def test_pipeline_dense_dims_adds_truncated_system_and_skips_on_rerun(tiny_data_dir, tiny_model_dir, tmp_path):
     from dpr.index import read_index_meta
     from dpr.index.shards import read_embeddings
@@ -61,7 +62,7 @@ def test_pipeline_dense_dims_adds_truncated_system_and_skips_on_rerun(tiny_data_
 def test_pipeline_bad_dims_are_one_line_before_any_stage(tiny_data_dir, tiny_model_dir, tmp_path, override, words):
     extra = (override, "dense.dims=[16]") if override.startswith("dense.dim=") else (override,)
     out = tmp_path / "run"
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *extra)
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *extra, in_process=True)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
     assert all(w in lines[0] for w in words), lines[0]
@@ -83,6 +84,7 @@ def test_default_config_records_the_stage_params_it_recorded_before_dims():
     assert json.loads(proc.stdout) == json.loads((here / "default_stage_params.json").read_text())
 
 
+@pytest.mark.slow
 def test_pipeline_dense_dim_encodes_both_dense_systems_at_that_size(tiny_data_dir, tiny_model_dir, tmp_path):
     """dense.dim=16: dense_untrained and dense hold 16-d vectors (the trained ones stored from training's own
     vectors, truncated: no second encode), and dense.dims below it truncate those further."""

@@ -91,6 +91,7 @@ def _check_rerank_order(out: Path, data_root: Path) -> None:
             assert [c["id"] for c in a["ctxs"][k:]] == [c["id"] for c in b["ctxs"][k:]]
 
 
+@pytest.mark.slow
 def test_teacher_pipeline_end_to_end_rerun_and_dependent_stages(tiny_data_dir, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir))
@@ -168,6 +169,7 @@ def _check_keep_first_stage(data_dir: Path, model_dir: Path, out: Path, *extra: 
     assert "(kept)" in (out / "eval" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_default_pipeline_unchanged_and_distill_false_keeps_the_contrastive_dense(tiny_data_dir, tiny_model_dir,
                                                                                   tmp_path):
     out = tmp_path / "run"
@@ -205,6 +207,7 @@ def test_default_pipeline_unchanged_and_distill_false_keeps_the_contrastive_dens
     assert report["notes"]["teacher"]["trained_here"] is False
 
 
+@pytest.mark.slow
 def test_teacher_pipeline_on_qrels_data(tiny_model_dir, tmp_path):
     data_dir = tmp_path / "data"
     _qrels_dataset(data_dir / "tiny")
@@ -269,7 +272,8 @@ def test_bad_teacher_settings_are_one_line_errors(tiny_data_dir, tiny_model_dir,
     assert check_teacher(OmegaConf.create({"train": {"rounds": 2}, "teacher_cfg": {}})).distill is True
     assert check_teacher(OmegaConf.create({"train": {"rounds": 2}, "teacher_cfg": {"distill": False}})).distill is False
     # through the command: refused before any stage runs, one line
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, tmp_path / "run", "teacher=true", "teacher.k_grid=[0]")
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, tmp_path / "run", "teacher=true", "teacher.k_grid=[0]",
+                     in_process=True)
     assert proc.returncode != 0 and "teacher_cfg.k_grid" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "run" / "stages").exists()
 
@@ -324,6 +328,7 @@ def test_interpolated_rerank_is_the_hand_computed_mix_and_keeps_the_logit():
     assert choose_weight({0.0: {"mrr": 0.8}, 0.5: {"mrr": 0.9}, 1.0: {"mrr": 0.9}}, "mrr") == 0.5
 
 
+@pytest.mark.slow
 def test_teacher_rounds_score_each_remined_file_and_distil_from_it(tiny_data_dir, tiny_model_dir, tmp_path):
     from dpr.training.teacher_scores import candidates_of, read_teacher_scores
 

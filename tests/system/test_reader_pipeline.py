@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.system.test_pipeline import _pipeline
 
 
@@ -14,6 +16,7 @@ def _with_reader(tiny_model_dir, *extra: str) -> list[str]:
             "reader_cfg.train.save_every=0"]
 
 
+@pytest.mark.slow
 def test_pipeline_with_reader_reports_bound_and_reader_side_by_side(tiny_data_dir, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_with_reader(tiny_model_dir))
@@ -37,6 +40,7 @@ def test_pipeline_with_reader_reports_bound_and_reader_side_by_side(tiny_data_di
     assert len(eval_out["predictions"]["dense"]["5"]) == 8
 
 
+@pytest.mark.slow
 def test_with_a_teacher_the_reader_also_reads_the_reranked_lists(tiny_data_dir, tiny_model_dir, tmp_path):
     from tests.system.test_pipeline_teacher import RERANKED, _teacher
 

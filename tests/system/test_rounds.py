@@ -12,6 +12,7 @@ from dpr.eval.has_answer import has_answer
 from tests.system.test_pipeline import _pipeline
 
 
+@pytest.mark.slow
 def test_two_rounds_remine_from_the_trained_model(tiny_data_dir, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "train.rounds=2",
@@ -43,6 +44,7 @@ def test_two_rounds_remine_from_the_trained_model(tiny_data_dir, tiny_model_dir,
     assert all("masked" in r for r in rows)
 
 
+@pytest.mark.slow
 def test_until_train_stops_before_the_trained_model_meets_the_test_split(tiny_data_dir, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "until=train")

@@ -53,6 +53,7 @@ def _fresh_venv(root: Path) -> Path:
     return python
 
 
+@pytest.mark.slow
 def test_wheel_in_a_fresh_venv_runs_the_commands(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env.update({"WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})

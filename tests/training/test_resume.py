@@ -84,6 +84,7 @@ def _assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None
         assert torch.allclose(a[k], b[k], rtol=0, atol=1e-6), k
 
 
+@pytest.mark.slow
 @pytest.mark.precision  # compares numbers under auto: runs under both rules in .ci/run
 @pytest.mark.parametrize("precision", ["fp32", "auto"])
 def test_killed_and_resumed_run_matches_uninterrupted(tiny_model_dir, tiny_data_dir, tmp_path, precision):
@@ -176,6 +177,7 @@ def test_checkpoint_round_trip_restores_rng_and_states(tmp_path):
     assert ckpt.latest_checkpoint(tmp_path) == path
 
 
+@pytest.mark.slow
 def test_loader_run_killed_and_resumed_equals_the_inline_run_bit_for_bit(tiny_model_dir, tiny_data_dir, tmp_path):
     """The background loader and the token cache (on by default) change nothing but the time: a run fed by them,
     SIGKILLed after a checkpoint and resumed, ends with exactly the weights and losses of an uninterrupted run whose

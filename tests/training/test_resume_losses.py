@@ -62,6 +62,7 @@ def _run(conf: dict, tmp: Path, kill_after_checkpoint: int | None = None) -> int
     return proc.returncode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", sorted(LOSSES))
 def test_sigkill_and_resume_matches_uninterrupted_for_frozen_and_corpus(tiny_model_dir, tiny_data_dir, tmp_path, loss):
     if loss != "hinge":

@@ -14,6 +14,7 @@ import pytest
 
 from dpr.trainkit.finished_run import check_finished_run
 from tests.tiny_negatives import with_negatives
+from tests.run_command import run_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,9 +25,8 @@ def _tree(root: Path) -> dict[str, str]:
 
 
 def _cli(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    # the console script of dpr.cli.<name> (dpr-<name>), its main in-process
+    return run_command(["dpr-" + module.rsplit(".", 1)[1], *args], cwd=cwd, env={"HYDRA_FULL_ERROR": "0"})
 
 
 def _refused_then_overwritten(module: str, common: list[str], other: str, run: Path, cwd: Path,
