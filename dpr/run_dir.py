@@ -18,8 +18,10 @@ would make every old run directory unusable.
 
 One run owns a run directory at a time (`lock_run_dir`, taken by each trainer's command before its
 checks): a second run into it is refused in one line naming the holder (pid, host, since when). The lock
-is a ``flock`` on ``<run dir>/.dpr-run.lock``, which the kernel drops when its holder dies, so the lock of
-a killed run is taken over by the next one; the file only says who holds it.
+is a ``flock`` on the directory itself, which the kernel drops when its holder dies, so the lock of a killed
+run is taken over by the next one, and which no file deleted by hand can lose; ``<run dir>/.dpr-run.lock`` only
+says who holds it. A run directory inside another run's (``dpr-train output_dir=<a pipeline's>/model``) is
+refused too while that run holds its own: the pipeline writes its subdirectories.
 
 A run directory may already hold the user's own files. Once it holds the lock, each command checks the files
 it will write there (:data:`OUTPUTS_INSIDE`): one of those names holding a file that does not look like the
@@ -84,28 +86,68 @@ def _busy(run_dir: Path, path: Path) -> RunDirBusyError:
                            "wait for it to finish, or train into another output_dir=")
 
 
-def check_run_dir_free(run_dir: str | Path) -> None:
-    """Raise :class:`RunDirBusyError` if a live run holds ``run_dir``; creates and changes nothing. For a check
-    before Hydra starts (it writes its log and ``.hydra/`` into the run directory before any code of ours
-    runs); `lock_run_dir` still decides."""
-    run_dir = Path(run_dir)
-    path = run_dir / LOCK_FILE
+def _describe(run_dir: Path) -> str:
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # no lock file (or no directory): nobody holds it
-        return
+        return _holder((run_dir / LOCK_FILE).read_text(errors="replace"))
+    except OSError:
+        return "a process that left no details"
+
+
+def _busy(run_dir: Path, held: Path | None = None) -> RunDirBusyError:
+    where = f"{run_dir} is in use by another run" if held is None or held == run_dir else \
+        f"{run_dir} is inside {held}, in use by another run"
+    return RunDirBusyError(f"{where}: {_describe(held or run_dir)}; wait for it to finish, or train into another "
+                           "output_dir=")
+
+
+_HELD: set[str] = set()  # run directories this process holds (the directories below them are its own to write)
+
+
+def _try_lock(directory: Path, shared: bool) -> int | None:
+    """An fd of ``directory`` holding its flock (exclusive, or shared for a test), or None when another holds it.
+    Raises OSError where the directory cannot be opened."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise _busy(run_dir, path) from None
-    finally:
         os.close(fd)
+        return None
+    return fd
+
+
+def _check_enclosing(run_dir: Path) -> None:
+    """Raise :class:`RunDirBusyError` if a live run holds a directory that encloses ``run_dir``."""
+    for parent in Path(os.path.abspath(run_dir)).parents:
+        if str(parent) in _HELD:
+            continue
+        try:
+            fd = _try_lock(parent, shared=True)
+        except OSError:  # cannot be opened (permissions): no run of ours holds it
+            continue
+        if fd is None:
+            raise _busy(Path(run_dir), parent)
+        os.close(fd)
+
+
+def check_run_dir_free(run_dir: str | Path) -> None:
+    """Raise :class:`RunDirBusyError` if a live run holds ``run_dir`` or a directory enclosing it; creates and
+    changes nothing. For a check before Hydra starts (it writes its log and ``.hydra/`` into the run directory
+    before any code of ours runs); `lock_run_dir` still decides."""
+    run_dir = Path(run_dir)
+    _check_enclosing(run_dir)
+    try:
+        fd = _try_lock(run_dir, shared=False)
+    except OSError:  # no directory: nobody holds it
+        return
+    if fd is None:
+        raise _busy(run_dir)
+    os.close(fd)
 
 
 @contextlib.contextmanager
 def lock_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
-    """Hold ``run_dir`` for this run (creating it); raise :class:`RunDirBusyError` if another live run holds it.
+    """Hold ``run_dir`` for this run (creating it); raise :class:`RunDirBusyError` if another live run holds it, or
+    a directory enclosing it.
 
     Take it before the run directory's checks (`prepare_run_dir`), so that two runs cannot both find it free
     of a finished run and then both write it. A dead holder's lock is free again (the kernel releases a
@@ -116,31 +158,38 @@ def lock_run_dir(run_dir: str | Path, command: str) -> Iterator[None]:
         run_dir.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         raise NotADirectoryError(f"output_dir {run_dir}: exists and is not a directory") from None
-    path = run_dir / LOCK_FILE
     try:
-        fd = _open_locked(run_dir, path)
+        _check_enclosing(run_dir)
+        dfd = _try_lock(run_dir, shared=False)
+        if dfd is None:
+            raise _busy(run_dir)
     except BaseException:
         _drop_if_empty(run_dir, created)
         raise
+    key = os.path.abspath(run_dir)
+    path = run_dir / LOCK_FILE
     try:
-        previous = os.read(fd, 4096).decode(errors="replace")
-        if previous.strip():  # the file still names a holder: that process died without releasing it
-            log.warning("%s: taking over the lock left by %s, no longer running", run_dir, _holder(previous))
-        since = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-        body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since, "command": command})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, body.encode(), 0)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            # before any work: a file of the user's where this command writes is refused, not replaced
-            check_outputs_inside(run_dir, OUTPUTS_INSIDE.get(command, _TRAINER_FILES))
-            yield
+            previous = os.read(fd, 4096).decode(errors="replace")
+            if previous.strip():  # the file still names a holder: that process died without releasing it
+                log.warning("%s: taking over the lock left by %s, no longer running", run_dir, _holder(previous))
+            since = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+            body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since,
+                               "command": command})
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, body.encode(), 0)
         finally:
-            # released: the file goes while still locked, so a refused or finished run leaves nothing behind; a
-            # waiter that opened it before the unlink sees the inode gone and opens the new path (_open_locked)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            os.close(fd)
+        _HELD.add(key)
+        # before any work: a file of the user's where this command writes is refused, not replaced
+        check_outputs_inside(run_dir, OUTPUTS_INSIDE.get(command, _TRAINER_FILES))
+        yield
     finally:
-        os.close(fd)  # drops the flock
+        _HELD.discard(key)
+        with contextlib.suppress(FileNotFoundError):  # released: a refused or finished run leaves nothing behind
+            os.unlink(path)
+        os.close(dfd)  # drops the flock
         _drop_if_empty(run_dir, created)
 
 
@@ -149,25 +198,6 @@ def _drop_if_empty(run_dir: Path, created: bool) -> None:
     if created:
         with contextlib.suppress(OSError):  # not empty (the run wrote), or already gone
             run_dir.rmdir()
-
-
-def _open_locked(run_dir: Path, path: Path) -> int:
-    """An fd of ``path`` holding its flock. The file the fd locks must still be the one at ``path`` (a releasing
-    holder unlinks it): otherwise two runs could each hold a different inode."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise _busy(run_dir, path) from None
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            return fd
-        os.close(fd)
 
 
 # What a training run writes (removed on purpose by overwrite=true; .hydra/ and train.log are Hydra's).
