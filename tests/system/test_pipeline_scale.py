@@ -108,3 +108,27 @@ def test_pipeline_without_the_untrained_baseline(tiny_data_dir, tiny_model_dir, 
     assert {"bm25", "dense", "hybrid"} <= set(report["systems"]) and "dense_untrained" not in report["systems"]
     assert not list((out / "stages").glob("*untrained*")) and not (out / "dense_untrained").exists()
     assert "no untrained-model baseline for 8 passages" in proc.stdout + proc.stderr
+
+
+def test_pipeline_under_torchrun_encodes_on_both_ranks(tiny_data_dir, tiny_model_dir, tmp_path):
+    """`dpr-pipeline` under a 2-process torchrun (gloo): training is data-parallel, the untrained model's corpus
+    encode is one shard per rank, the trained model's export (one shard, from training) is reused by both."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(Path(sys.executable).parent / "dpr-pipeline"),
+           "data.name=tiny", "data.kind=qa", "data.recipe=none", f"data_dir={tiny_data_dir}", f"output_dir={out}",
+           f"model.name={tiny_model_dir}", "model.shared=false", "model.pooling=cls", "model.similarity=dot",
+           "train.max_steps=4", "train.batch_size=4", "train.hard_negatives=1", "train.save_every=0",
+           "train.val_max_questions=4", "train.frozen_steps=2", "bm25.num_negatives=3", "retrieve.k=5",
+           "encode.batch_size=4"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = proc.stdout + proc.stderr
+    for rank in (0, 1):
+        assert f"shard {rank}/2: 4 passages" in log  # each rank encoded its half of the 8 passages
+    assert sorted(p.name for p in (out / "dense_untrained" / "embeddings").glob("*.json")) == [
+        "shard_000_of_002.json", "shard_001_of_002.json"]
+    assert [p.name for p in (out / "dense" / "embeddings").glob("*.json")] == ["shard_000_of_001.json"]
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert {"bm25", "dense_untrained", "dense", "hybrid"} <= set(report["systems"])
