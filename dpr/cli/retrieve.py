@@ -48,13 +48,14 @@ def _require_questions(cfg: DictConfig) -> None:
 @report_errors("dpr-retrieve", file_outputs=("output",), file_kinds=("dpr_results", "trec_run"), schema="retrieve")
 def _run(cfg: DictConfig) -> None:
     if cfg.mode == "hybrid":
+        from dpr.config import fields_from
+        from dpr.retrieval.fusion import HybridConfig
         from dpr.retrieval.runs import hybrid_retrieve
 
         _require(cfg, "bm25", "dense")
         info = hybrid_retrieve(
             cfg.bm25, cfg.dense, cfg.output, fusion=cfg.fusion, weight=cfg.weight, bm25_dev=cfg.bm25_dev,
-            dense_dev=cfg.dense_dev, qrels_dev=cfg.qrels_dev, grid=list(cfg.grid), metric_k=cfg.metric_k,
-            metric=cfg.metric, normalize=cfg.normalize, k=cfg.k, k_rrf=cfg.k_rrf,
+            dense_dev=cfg.dense_dev, qrels_dev=cfg.qrels_dev, k=cfg.k, hybrid=fields_from(HybridConfig, cfg),
         )
         info.pop("table", None)
         print(f"dpr-retrieve: hybrid → {cfg.output} {json.dumps(info)}")

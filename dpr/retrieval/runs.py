@@ -9,6 +9,7 @@ through the same functions, so all write identical records.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,7 +20,7 @@ from dpr.checks import MAX_K, check_int
 from dpr.data.questions import read_questions, read_split_queries, split_questions
 from dpr.retrieval import records
 from dpr.retrieval.config import RetrieveConfig
-from dpr.retrieval.fusion import DEFAULT_GRID, DEFAULT_K_RRF, HybridConfig, Run, fuse_linear, fuse_rrf, tune_linear_weight
+from dpr.retrieval.fusion import HybridConfig, Run, fuse_linear, fuse_rrf, tune_linear_weight
 from dpr.retrieval.retriever import Retriever
 
 log = logging.getLogger(__name__)
@@ -32,13 +33,13 @@ def encode_questions(model_path: str | Path, questions: Sequence[str], batch_siz
                      max_length: int | None = RetrieveConfig.max_length) -> tuple[np.ndarray, Any]:
     """Question vectors (float32 ``[N, D]``) and the model's config."""
     from dpr.distributed import resolve_device
-    from dpr.models import encode_texts, load_biencoder
+    from dpr.models import EncodeOptions, encode_texts, load_biencoder
 
     dev = resolve_device(device)  # the one device rule (auto/null: cuda:LOCAL_RANK when CUDA is present)
     model, tokenizer = load_biencoder(str(model_path))
     model.to(dev)
-    vecs = encode_texts(model, tokenizer, list(questions), "question", batch_size=batch_size,
-                        max_length=max_length, device=dev, autocast=autocast, progress=True)
+    options = EncodeOptions(batch_size=batch_size, max_length=max_length, device=dev, autocast=autocast, progress=True)
+    vecs = encode_texts(model, tokenizer, list(questions), "question", options)
     return vecs.numpy(), model.config
 
 
@@ -121,44 +122,49 @@ def hybrid_retrieve(
     bm25_dev: str | Path | None = None,
     dense_dev: str | Path | None = None,
     qrels_dev: str | Path | None = None,
-    grid: Sequence[float] = DEFAULT_GRID,
-    metric_k: int = HybridConfig.metric_k,
-    metric: str = HybridConfig.metric,
-    normalize: str = HybridConfig.normalize,
+    *,
     k: int = RetrieveConfig.k,
-    k_rrf: float = DEFAULT_K_RRF,
+    hybrid: HybridConfig | None = None,
+    **hybrid_fields: Any,
 ) -> dict[str, Any]:
     """Fuse a BM25 and a dense result file (results JSON or TREC runs) into ``output``.
 
     ``fusion="linear"``: with ``weight`` given it is used as is; otherwise it is tuned on the dev
     result files (``bm25_dev``, ``dense_dev``; ``qrels_dev`` for TREC runs). ``fusion="rrf"``:
-    reciprocal rank fusion. Returns what was done (``weight`` and the tuning ``table`` for linear).
+    reciprocal rank fusion. ``hybrid``: how the weight is tuned and the runs fused (`HybridConfig`; its fields may
+    also be given as keywords, ``grid=``, ``metric_k=``, ``k_rrf=``..., which override it). Returns what was done
+    (``weight`` and the tuning ``table`` for linear).
     """
-    from dpr.retrieval.fusion import FUSIONS, check_grid, check_k_rrf, check_normalize, check_weight
-
-    if fusion not in FUSIONS:
-        raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
-    # every number before any file is read or the weight tuned
-    check_int("k", k, 1, MAX_K)
+    how = dataclasses.replace(hybrid or HybridConfig(), **hybrid_fields)
+    _check_fusion(fusion, weight, k, how)
     if fusion == "rrf":
-        check_k_rrf(k_rrf)
-    elif weight is not None:
-        check_weight(weight)
-    else:
-        check_grid(list(grid))
-        check_int("metric_k", metric_k, 1, MAX_K)
-    check_normalize(normalize)
-    if fusion == "rrf":
-        fuse_rrf(bm25, dense, output, k=k, k_rrf=k_rrf)
-        return {"fusion": "rrf", "k_rrf": k_rrf, "output": str(output)}
+        fuse_rrf(bm25, dense, output, k=k, k_rrf=how.k_rrf)
+        return {"fusion": "rrf", "k_rrf": how.k_rrf, "output": str(output)}
     if fusion != "linear":
         raise ValueError(f"fusion must be 'linear' or 'rrf', got {fusion!r}")
     table = None
     if weight is None:
         if bm25_dev is None or dense_dev is None:
             raise ValueError("linear fusion needs weight=<w>, or bm25_dev= and dense_dev= result files to tune it on")
-        weight, table = tune_linear_weight(bm25_dev, dense_dev, grid=grid, metric_k=metric_k, qrels=qrels_dev,
-                                           normalize=normalize, metric=metric)
-    fuse_linear(bm25, dense, float(weight), output, k=k, normalize=normalize)
-    return {"fusion": "linear", "weight": float(weight), "normalize": normalize, "metric": metric, "metric_k": metric_k,
-            "table": table, "output": str(output)}
+        weight, table = tune_linear_weight(bm25_dev, dense_dev, grid=list(how.grid), metric_k=how.metric_k,
+                                           qrels=qrels_dev, normalize=how.normalize, metric=how.metric)
+    fuse_linear(bm25, dense, float(weight), output, k=k, normalize=how.normalize)
+    return {"fusion": "linear", "weight": float(weight), "normalize": how.normalize, "metric": how.metric,
+            "metric_k": how.metric_k, "table": table, "output": str(output)}
+
+
+def _check_fusion(fusion: str, weight: float | None, k: int, how: HybridConfig) -> None:
+    """Every number the fusion uses, before any file is read or the weight tuned (one-line ValueErrors)."""
+    from dpr.retrieval.fusion import FUSIONS, check_grid, check_k_rrf, check_normalize, check_weight
+
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+    check_int("k", k, 1, MAX_K)
+    if fusion == "rrf":
+        check_k_rrf(how.k_rrf)
+    elif weight is not None:
+        check_weight(weight)
+    else:
+        check_grid(list(how.grid))
+        check_int("metric_k", how.metric_k, 1, MAX_K)
+    check_normalize(how.normalize)
