@@ -23,7 +23,7 @@ from dpr.models.backbone import load_tokenizer, load_tower
 from dpr.models.biencoder import BiEncoder, BiEncoderConfig
 from dpr.models.hub import resolve_model_name
 from dpr.models.lora import LoraSettings, apply_lora, base_fingerprint, load_adapters
-from dpr.models.pooling import detect_pooling
+from dpr.models.pooling import check_pooling, detect_pooling
 from dpr.models.protocol import find_encoder, is_encoder
 from dpr.models.run_format import (
     CONFIG_FILE,
@@ -78,6 +78,7 @@ def build_biencoder(cfg: BiEncoderConfig) -> tuple[BiEncoder, Any]:
         question = apply_lora(question, cfg.lora)
         passage = None if passage is None else apply_lora(passage, cfg.lora)
     model = BiEncoder(cfg, question, passage)
+    check_pooling(cfg.pooling, model.decoder, cfg.padding_side)  # vectors that could not tell texts apart
     model.eval()
     return model, load_tokenizer(path, cfg.pooling, cfg.padding_side, decoder=model.decoder)
 

@@ -47,6 +47,22 @@ _POOLERS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "cls": cls_pool, "mean": mean_pool, "last": last_token_pool, "eos": last_token_pool}
 
 
+def check_pooling(mode: str, decoder: bool, padding_side: str | None, name: str = "model") -> None:
+    """Refuse (ValueError, one line) the settings under which the pooled vector cannot tell texts apart:
+
+    - ``cls`` on a decoder-only model: under causal attention the first token sees nothing after it, so the vector
+      is a function of the first token alone (every passage starting with the same word, or the same padding
+      under left padding, gets one vector: 2 distinct vectors for 200 passages);
+    - ``cls`` with ``padding_side=left``: the first position of every shorter row is padding.
+    """
+    if mode == "cls" and decoder:
+        raise ValueError(f"{name}.pooling=cls on a decoder-only model: its first token attends to nothing after it, "
+                         "so every text starting alike gets the same vector; use pooling=last or eos (or mean)")
+    if mode == "cls" and padding_side == "left":
+        raise ValueError(f"{name}.pooling=cls with {name}.padding_side=left: the first position of every shorter "
+                         "text is padding, so they share one vector; pad on the right, or use pooling=mean")
+
+
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
     """``[B, L, H]`` token states -> ``[B, H]`` by ``mode`` (one of :data:`POOLING_MODES`)."""
     try:
