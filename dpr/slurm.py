@@ -149,7 +149,10 @@ def _local_world(env: Mapping[str, str]) -> int | None:
     node = _int(env, "SLURM_NODEID") if env.get("SLURM_NODEID") else 0
     for name in TASKS_PER_NODE_VARS:
         if env.get(name):
-            counts = tasks_per_node(env[name])
+            try:
+                counts = tasks_per_node(env[name])
+            except ValueError as err:
+                raise ValueError(f"{name}: {err}") from None
             return counts[node] if node < len(counts) else None
     return None
 
@@ -160,7 +163,7 @@ def torchrun_env_from_slurm(env: Mapping[str, str]) -> dict[str, str]:
     if "SLURM_PROCID" not in env:
         return {}
     if "SLURM_STEP_NUM_TASKS" not in env:
-        if int(env.get("SLURM_NTASKS", "1") or 1) > 1:
+        if env.get("SLURM_NTASKS", "1").isdigit() and int(env.get("SLURM_NTASKS", "1")) > 1:
             log.warning("SLURM_NTASKS=%s but this process is not an srun task: running as one process (launch "
                         "with srun for one rank per task)", env["SLURM_NTASKS"])
         return {}

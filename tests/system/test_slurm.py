@@ -77,6 +77,7 @@ def test_not_a_rank(drop, extra):
     ("SLURM_PROCID", "16", "SLURM_PROCID=16 outside 0..15"),
     ("SLURM_STEP_NUM_TASKS", "many", "SLURM_STEP_NUM_TASKS='many': not an integer"),
     ("SLURM_STEP_NODELIST", "gpu[07-", "SLURM_STEP_NODELIST='gpu\\[07-'"),
+    ("SLURM_STEP_TASKS_PER_NODE", "8(2)", "SLURM_STEP_TASKS_PER_NODE: bad tasks-per-node entry"),
 ])
 def test_bad_values_name_the_variable(key, value, match, monkeypatch):
     monkeypatch.setenv("PATH", "")  # no scontrol to fall back on
