@@ -18,6 +18,7 @@ filter are logged and returned.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import Counter
@@ -26,6 +27,7 @@ from typing import Any, Collection, Sequence
 
 import numpy as np
 
+from dpr.negatives.config import RemineConfig
 from dpr.negatives.filters import FILTERS, answer_check, select_negatives
 from dpr.negatives.mine import judged_docs, judged_from_dataset
 
@@ -77,25 +79,23 @@ def remine_examples(
     examples: Sequence[dict],
     passages_path: str | Path,
     *,
+    config: RemineConfig | None = None,
     judged: dict[str, Collection[str]] | None = None,
-    num_negatives: int = 30,
-    depth: int = 200,
-    skip_top: int = 0,
-    relative_margin: float = 0.05,
-    bm25_share: float = 0.5,
     interleave: bool = False,
     batch_size: int = 64,
 ) -> tuple[list[dict], dict[str, int]]:
-    """Copies of ``examples`` whose ``hard_negative_ctxs`` mix their BM25 negatives with the model's own."""
+    """Copies of ``examples`` whose ``hard_negative_ctxs`` mix their BM25 negatives with the model's own
+    (``config``: how many, how deep and what is filtered; `RemineConfig`'s defaults when None)."""
+    config = config or RemineConfig()
     from dpr.index import load_index, search
     from dpr.retrieval.passages import fetch_passages
     from dpr.retrieval.runs import encode_questions
 
     index, ids = load_index(index_path)
-    q, config = encode_questions(model_path, [ex["question"] for ex in examples], batch_size=batch_size)
-    if config.similarity == "cosine":
+    q, model_config = encode_questions(model_path, [ex["question"] for ex in examples], batch_size=batch_size)
+    if model_config.similarity == "cosine":
         q = q / np.linalg.norm(q, axis=1, keepdims=True).clip(min=1e-12)
-    hits, scores = search(index, ids, q, depth)
+    hits, scores = search(index, ids, q, config.depth)
     row_of = {pid: j for j, pid in enumerate(ids)}
     texts = fetch_passages(passages_path, sorted({pid for row in hits for pid in row}))
     totals: Counter = Counter()
@@ -111,12 +111,12 @@ def remine_examples(
         contains = answer_check(answers, texts.__getitem__, check_title=True)
         cands = [(pid, float(s)) for pid, s in zip(hits[i], scores[i].tolist())]
         kept, counts = select_negatives(cands, pos_score, positives=positives, judged=judged_docs(ex, judged),
-                                        contains_answer=contains, num_negatives=num_negatives, skip_top=skip_top,
-                                        relative_margin=relative_margin)
+                                        contains_answer=contains, num_negatives=config.negatives,
+                                        skip_top=config.skip_top, relative_margin=config.relative_margin)
         totals.update(counts)
         dense = [{"passage_id": pid, "title": texts[pid]["title"], "text": texts[pid]["text"]} for pid in kept]
         out.append({**ex, "hard_negative_ctxs": mix_negatives(ex.get("hard_negative_ctxs") or [], dense,
-                                                              num_negatives, bm25_share, interleave)})
+                                                              config.negatives, config.bm25_share, interleave)})
     stats = {k: int(totals[k]) for k in ("examined", "kept", *FILTERS)}
     stats["questions"] = len(examples)
     log.info("dense re-mining: %s", ", ".join(f"{k}={v}" for k, v in stats.items()))
@@ -124,14 +124,22 @@ def remine_examples(
 
 
 def remine_dataset(model_path: str | Path, index_path: str | Path, ds: Any, output: str | Path,
-                   train_file: str | Path | None = None, **kwargs: Any) -> dict[str, int]:
-    """Re-mine ``ds``'s training questions (or ``train_file``'s) into ``output`` (DPR retriever JSON, atomic)."""
+                   train_file: str | Path | None = None, config: RemineConfig | None = None, *,
+                   interleave: bool = False, batch_size: int = 64, **settings: Any) -> dict[str, int]:
+    """Re-mine ``ds``'s training questions (or ``train_file``'s) into ``output`` (DPR retriever JSON, atomic).
+
+    ``config``: the re-mining settings whole (`RemineConfig`); ``settings``: the same as the keywords of
+    `RemineConfig.as_kwargs` (``num_negatives=``, ``depth=``...), which override it."""
     from dpr.atomic import write_json_atomic
     from dpr.data.retriever_json import read_retriever_json, write_retriever_json
 
+    if settings:
+        renamed = {"negatives" if k == "num_negatives" else k: v for k, v in settings.items()}
+        config = dataclasses.replace(config or RemineConfig(), **renamed)
     examples = [ex for ex in read_retriever_json(train_file or ds.train) if ex["positive_ctxs"]]
     judged = judged_from_dataset(ds) if ds.kind == "qrels" else None
-    mined, stats = remine_examples(model_path, index_path, examples, ds.passages, judged=judged, **kwargs)
+    mined, stats = remine_examples(model_path, index_path, examples, ds.passages, config=config, judged=judged,
+                                   interleave=interleave, batch_size=batch_size)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     write_retriever_json(output, mined)
