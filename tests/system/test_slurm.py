@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -218,3 +219,35 @@ def test_a_task_uses_a_gpu_it_sees(visible, local_rank, index, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", str(local_rank))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
     assert D.cuda_index() == index
+
+
+def test_two_srun_tasks_of_dpr_encode_split_the_shards(tiny_model_dir, tiny_data_dir, tmp_path):
+    """`srun --ntasks=2 dpr-encode num_shards=2` without torchrun: each task is a rank and encodes its own shard
+    (shards i % world_size == rank), and the two shards read together are the one-process encode."""
+    from dpr.index.shards import read_embeddings
+    from tests.system.test_submitit import console, run
+
+    passages = tiny_data_dir / "tiny" / "passages.tsv"
+    common = [*console("dpr-encode"), f"model={tiny_model_dir}", f"passages={passages}", "dtype=float32",
+              "autocast=off", "threads=1", "batch_size=4"]
+    run([*common, f"output_dir={tmp_path / 'one'}"], tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    env |= {"WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0",
+            "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "localhost", "SLURM_NODEID": "0"}
+    procs = [subprocess.Popen([*common, f"output_dir={tmp_path / 'srun'}", "num_shards=2"], cwd=tmp_path,
+                              env=env | {"SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outs)
+    for r, out in enumerate(outs):  # each task encoded its own shard and not the other's
+        assert f"encode shard {r}/2" in out and f"encode shard {1 - r}/2" not in out, out[-2000:]
+    one_ids, one = read_embeddings(tmp_path / "one")
+    ids, vectors = read_embeddings(tmp_path / "srun")
+    assert ids == one_ids
+    np.testing.assert_allclose(vectors, one, rtol=0, atol=1e-5)
