@@ -94,9 +94,7 @@ def _score(cfg: DictConfig) -> None:
         from dpr.data.beir import read_qrels
 
         qrels = read_qrels(cfg.qrels)
-    s = rcfg.score
-    stats = rerank_file(cfg.model_path, cfg.results, cfg.output, k=s.k, batch_size=s.batch_size,
-                        precision=s.precision, max_questions=s.max_questions, weight=float(cfg.weight),
+    stats = rerank_file(cfg.model_path, cfg.results, cfg.output, rcfg.score, weight=float(cfg.weight),
                         weight_grid=grid, queries=queries, passages=passages, qrels=qrels)
     print(f"dpr-rerank: {cfg.output} {json.dumps(stats)}")
 

@@ -13,6 +13,7 @@ That is a choice made on the file it is measured on: use it on a dev split, then
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from dpr.atomic import write_json_atomic
 from dpr.eval.ranking import results_metrics
+from dpr.rerank.config import RerankScoreConfig
 from dpr.rerank.model import load_cross_encoder
 from dpr.rerank.runs import choose_weight, first_stage_records, pair_scores, reranked, write_reranked
 from dpr.trainkit.precision import resolve_precision
@@ -37,21 +39,26 @@ def _metric_name(qrels: Mapping | None) -> str:
     return "ndcg@10" if qrels is not None else "mrr"
 
 
-def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | Path, k: int = 20,
-                batch_size: int = 32, precision: str = "auto", max_questions: int = 0, weight: float = 0.0,
+def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | Path,
+                score: RerankScoreConfig | None = None, *, weight: float = 0.0,
                 weight_grid: Sequence[float] | None = None, queries: Mapping[str, str] | None = None,
-                passages: Any = None, qrels: Mapping[str, Mapping[str, int]] | None = None) -> dict:
+                passages: Any = None, qrels: Mapping[str, Mapping[str, int]] | None = None,
+                **score_fields: Any) -> dict:
     """Rerank ``results_path`` into ``output`` (DPR results JSON; ``.trec``: a TREC run, with the JSON beside
     it as ``<stem>.json``) and write its stats beside it (:func:`stats_path`); returns the stats: timings,
     the weight used and, with answers or ``qrels``, the metrics before and after (and per grid weight).
 
-    ``queries`` / ``passages`` (id -> text, a `dpr.data.passages.PassageLookup`): the texts of a TREC run."""
+    ``score``: how (the top ``k``, ``batch_size``, ``precision``, ``max_questions``: `RerankScoreConfig`, ``rerank.score``;
+    its fields may also be given as keywords, which override it). ``queries`` / ``passages`` (id -> text, a
+    `dpr.data.passages.PassageLookup`): the texts of a TREC run."""
+    score = dataclasses.replace(score or RerankScoreConfig(), **score_fields)
+    k = score.k
     output, results_path = Path(output), Path(results_path)
     trec_out = output if output.suffix == ".trec" else None
     json_out = output.with_suffix(".json") if trec_out is not None else output
     records = first_stage_records(results_path, queries, passages)  # a bad file fails before the model loads
-    if max_questions > 0:
-        records = records[:max_questions]
+    if score.max_questions > 0:
+        records = records[:score.max_questions]
     if trec_out is not None and any("query_id" not in r for r in records):
         raise ValueError(f"{results_path}: a TREC output needs each record's query_id (a TREC run or qrels "
                          "data's results as input)")
@@ -68,10 +75,10 @@ def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | P
 
     model, tok, settings = load_cross_encoder(model_dir)
     t0 = time.perf_counter()
-    scores = pair_scores(model, tok, settings, [records], k, batch_size=batch_size, precision=precision)
+    scores = pair_scores(model, tok, settings, [records], k, batch_size=score.batch_size, precision=score.precision)
     seconds = time.perf_counter() - t0
     stats: dict[str, Any] = {"questions": len(records), "k": k, "pairs": len(scores),
-                             "precision": resolve_precision(precision, next(model.parameters()).device),
+                             "precision": resolve_precision(score.precision, next(model.parameters()).device),
                              "device": str(next(model.parameters()).device), "seconds": round(seconds, 2),
                              "seconds_per_question": round(seconds / max(1, len(records)), 4)}
     if weight_grid:
