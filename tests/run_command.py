@@ -218,7 +218,7 @@ def run_as_subprocess(cmd: Sequence[str | os.PathLike], *, cwd: str | os.PathLik
     variable it lacks is unset for the call); ``check`` raises ``CalledProcessError``. The options of a process
     (``capture_output``, ``text``, ``timeout``) have no meaning here: output is always captured as text."""
     argv = [str(c) for c in cmd]
-    if len(argv) > 2 and argv[1] == "-m":  # python -m dpr.cli.<name>: the module of console script dpr-<name>
+    if Path(argv[0]).name.startswith("python") and argv[1:2] == ["-m"]:  # python -m dpr.cli.<name>: dpr-<name>
         argv = ["dpr-" + argv[2].rsplit(".", 1)[1], *argv[3:]]
     else:
         argv[0] = Path(argv[0]).name

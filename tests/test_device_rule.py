@@ -21,6 +21,7 @@ import torch
 
 import dpr.distributed as dist
 from tests.tiny_negatives import with_negatives
+from tests.run_command import run_as_subprocess
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = torch.device("meta")
@@ -97,8 +98,8 @@ def test_a_device_this_process_cannot_use_is_one_line_naming_the_available_ones(
 
 def _encode_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", "dpr.cli.encode", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return run_as_subprocess([sys.executable, "-m", "dpr.cli.encode", *args], cwd=cwd, env=env, capture_output=True,
+                             text=True, timeout=300)
 
 
 @pytest.mark.parametrize("bad", ["tpu", "cuda"])

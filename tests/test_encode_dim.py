@@ -91,12 +91,12 @@ def test_encode_dim_too_large_is_one_line_before_any_work(cosine_run, tiny_data_
         encode_corpus(cosine_run, _passages(tiny_data_dir), out, dim=64, **FP32)
     assert not out.exists()
     proc = run_as_subprocess([str(BIN / "dpr-encode"), f"model={cosine_run}", f"passages={_passages(tiny_data_dir)}",
-                           f"output_dir={out}", "dim=64"], capture_output=True, text=True, timeout=300)
+                              f"output_dir={out}", "dim=64"], capture_output=True, text=True, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "dim=64" in lines[0] and "32" in lines[0], proc.stderr
     assert not out.exists()
     proc = run_as_subprocess([str(BIN / "dpr-encode"), f"model={cosine_run}", f"passages={_passages(tiny_data_dir)}",
-                           f"output_dir={out}", "dim=0"], capture_output=True, text=True, timeout=300)
+                              f"output_dir={out}", "dim=0"], capture_output=True, text=True, timeout=300)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "dim" in lines[0], proc.stderr
 

@@ -375,7 +375,7 @@ def test_cli_import_and_export(tmp_path):
     ds = DatasetPaths(tmp_path / "prep" / "mine")
     assert proc.stdout.strip().endswith(str(ds.root)) and ds.kind == "qrels"
     proc = run_as_subprocess([str(BIN / "dpr-data"), "export", "data=mine", f"data_dir={tmp_path / 'prep'}",
-                           "format=sentence_transformers", "output=mine.jsonl"], capture_output=True, text=True,
+                              "format=sentence_transformers", "output=mine.jsonl"], capture_output=True, text=True,
                              cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(x) for x in (tmp_path / "mine.jsonl").read_text().splitlines()]

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 import dpr.cli.export  # noqa: F401  registers export_cfg/default
 from dpr.cli.common import CONF_DIR
 from dpr.export.config import ExportConfig
+from tests.run_command import run_as_subprocess
 
 
 def test_the_composed_config_is_the_dataclass_defaults():
@@ -30,8 +31,8 @@ def test_the_composed_config_is_the_dataclass_defaults():
 ])
 def test_bad_settings_are_one_line_naming_the_key(tmp_path, override, needle):
     args = [f"output={tmp_path / 'out'}"] + ([f"model={tmp_path}", override] if override else [])
-    proc = subprocess.run([sys.executable, "-m", "dpr.cli.export", *args], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)
+    proc = run_as_subprocess([sys.executable, "-m", "dpr.cli.export", *args], capture_output=True, text=True,
+                             cwd=tmp_path, timeout=120)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("dpr-export: error:") and needle in lines[0], lines

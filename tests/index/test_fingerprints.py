@@ -16,6 +16,7 @@ from dpr.errors import DataError
 from dpr.index import build_and_save, build_index
 from dpr.index.fingerprint import check_index_matches, model_fingerprint, passages_fingerprint
 from dpr.index.shards import list_shards, write_shard
+from tests.run_command import run_as_subprocess
 
 BIN = Path(sys.executable).parent
 
@@ -146,7 +147,7 @@ def test_retrieve_refuses_index_of_another_model_or_corpus_before_encoding(
 
     for model, psg, field in ((other_model_dir, passages, "model_fingerprint"),
                               (tiny_model_dir, edited, "passages_sha256")):
-        proc = subprocess.run(
+        proc = run_as_subprocess(
             [str(BIN / "dpr-retrieve"), f"model={model}", f"index={index}", f"passages={psg}",
              f"qa={tmp_path / 'no_such_questions.tsv'}", f"output={tmp_path / 'out.json'}"],
             capture_output=True, text=True, timeout=300)

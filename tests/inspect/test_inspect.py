@@ -126,7 +126,7 @@ def test_qrels_judged_negatives_count_and_answers_do_not(tmp_path):
 def test_cli_writes_the_report(tmp_path):
     build(tmp_path / "prep" / "bad", BAD_TRAIN)
     proc = run_as_subprocess([str(BIN / "dpr-data"), "inspect", "data=bad", f"data_dir={tmp_path / 'prep'}",
-                           "output=report", "model.passage_max_length=8", "train.batch_size=2"],
+                              "output=report", "model.passage_max_length=8", "train.batch_size=2"],
                              capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rep = json.loads((tmp_path / "report" / "inspect.json").read_text())
@@ -137,7 +137,7 @@ def test_cli_writes_the_report(tmp_path):
     assert "WARNING: 40.0% of the mined negatives" in md
     assert "WARNING: 40.0% of the mined negatives" in proc.stdout + proc.stderr
     proc = run_as_subprocess([str(BIN / "dpr-data"), "inspect", "data=bad", f"data_dir={tmp_path / 'prep'}",
-                           "output=report", "inspect.false_negative_max=abc"], capture_output=True, text=True,
+                              "output=report", "inspect.false_negative_max=abc"], capture_output=True, text=True,
                              cwd=tmp_path, timeout=300)
     assert proc.returncode == 2 and "inspect.false_negative_max" in proc.stderr
 

@@ -19,6 +19,7 @@ from tests.encode_kw import encode_corpus  # the keyword form: settings split in
 from dpr.index.shards import ShardFiles, list_shards
 from dpr.models import BiEncoderConfig, build_biencoder, encode_texts
 from dpr.models.onnx_runtime import min_cosine, onnx_tower, require_onnxruntime, resolve_runtime
+from tests.run_command import run_as_subprocess
 
 # Stated tolerance of the lever: every vector within cosine 0.999 of torch fp32 (measured on MiniLM: 1.0000,
 # max abs difference 2e-7), here also a small absolute difference.
@@ -160,10 +161,10 @@ def test_cpu_has_avx512_reads_torchs_capability(monkeypatch):
 
 
 def test_cli_bad_runtime_is_one_line(tiny_model_dir, tiny_data_dir, tmp_path):
-    proc = subprocess.run([str(Path(sys.executable).parent / "dpr-encode"), f"model={tiny_model_dir}",
-                           f"passages={tiny_data_dir / 'tiny' / 'passages.tsv'}", f"output_dir={tmp_path / 'emb'}",
-                           "runtime=tensorrt"], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "WANDB_MODE": "disabled"})
+    proc = run_as_subprocess([str(Path(sys.executable).parent / "dpr-encode"), f"model={tiny_model_dir}",
+                              f"passages={tiny_data_dir / 'tiny' / 'passages.tsv'}", f"output_dir={tmp_path / 'emb'}",
+                              "runtime=tensorrt"], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "WANDB_MODE": "disabled"})
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("dpr-")]
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "runtime must be one of ('auto', 'torch', 'onnx'), got 'tensorrt'" in lines[0]

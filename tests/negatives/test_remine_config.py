@@ -14,6 +14,7 @@ from dpr.cli.common import CONF_DIR
 from dpr.negatives.config import RemineConfig, moved_from_train
 from dpr.training.config import TrainConfig
 from dpr.training.rounds import PipelineTrainConfig, split_rounds
+from tests.run_command import run_as_subprocess
 
 
 def _pipeline(*overrides: str):
@@ -82,9 +83,9 @@ def test_the_pipeline_checks_the_remine_section_before_any_stage(tmp_path):
     assert RemineConfig.from_dict(plain(_pipeline("remine.bm25_share=0.25").remine)).bm25_share == 0.25
     for override, want in (("remine.depth=abc", "remine.depth must be an integer >= 1, got 'abc'"),
                            ("remine.skip_top=300", "remine.skip_top")):
-        proc = subprocess.run([sys.executable, "-m", "dpr.cli.pipeline", "data=squad1_open",
-                               f"data_dir={tmp_path / 'data'}", f"output_dir={tmp_path / 'out'}", override],
-                              capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        proc = run_as_subprocess([sys.executable, "-m", "dpr.cli.pipeline", "data=squad1_open",
+                                  f"data_dir={tmp_path / 'data'}", f"output_dir={tmp_path / 'out'}", override],
+                                 capture_output=True, text=True, cwd=tmp_path, timeout=120)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and want in lines[0], proc.stderr
     assert not (tmp_path / "data").exists() and not (tmp_path / "out").exists()

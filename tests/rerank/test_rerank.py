@@ -204,7 +204,7 @@ def test_cli_bad_values_are_one_line(tmp_path):
     for arg, key in (("rerank.train.lr=0", "rerank.train.lr"), ("rerank.train.lr=abc", "rerank.train.lr"),
                      ("rerank.train.batchsize=3", "batchsize"), ("rerank.score.k=-2", "rerank.score.k")):
         proc = run_as_subprocess([sys.executable, "-m", "dpr.cli.rerank", "train", "data.name=tiny", arg,
-                               f"output_dir={tmp_path / 'o'}"], cwd=tmp_path, capture_output=True, text=True,
+                                  f"output_dir={tmp_path / 'o'}"], cwd=tmp_path, capture_output=True, text=True,
                                  env={**__import__("os").environ, "PYTHONPATH": str(REPO)}, timeout=300)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and key in lines[0], proc.stderr

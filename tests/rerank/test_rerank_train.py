@@ -100,9 +100,9 @@ def test_cli_trains_validates_and_reranks_end_to_end(tiny_data_dir, tiny_model_d
     assert all(torch.equal(best_weights[k], final[k]) for k in final)
 
     reranked = tmp_path / "reranked.json"
-    proc = run_as_subprocess(CLI + ["score", f"model={out}", f"results={dev}", f"output={reranked}", "rerank.score.k=3",
-                                 "rerank.score.precision=fp32"], cwd=tmp_path, env=_env(), capture_output=True,
-                             text=True, timeout=300)
+    proc = run_as_subprocess(CLI + ["score", f"model={out}", f"results={dev}", f"output={reranked}",
+                                    "rerank.score.k=3", "rerank.score.precision=fp32"], cwd=tmp_path, env=_env(),
+                             capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     stats = json.loads(proc.stdout.strip().splitlines()[-1].split(" ", 2)[2])
     assert stats["questions"] == 8 and stats["precision"] == "fp32" and stats["seconds_per_question"] > 0
@@ -114,8 +114,8 @@ def test_cli_trains_validates_and_reranks_end_to_end(tiny_data_dir, tiny_model_d
         assert sorted(c["id"] for c in new["ctxs"][:3]) == sorted(c["id"] for c in old["ctxs"][:3])
         top = [c["score"] for c in new["ctxs"][:3]]
         assert top == sorted(top, reverse=True) and top == [c["rerank_logit"] for c in new["ctxs"][:3]]
-    proc = run_as_subprocess(CLI + ["score", f"model={tmp_path}", f"results={dev}", f"output={reranked}"], cwd=tmp_path,
-                             env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(CLI + ["score", f"model={tmp_path}", f"results={dev}", f"output={reranked}"],
+                             cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "not a cross-encoder directory" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -124,7 +124,7 @@ def test_cli_trains_validates_and_reranks_end_to_end(tiny_data_dir, tiny_model_d
 
     scores = tmp_path / "ts" / "teacher_scores.jsonl"
     proc = run_as_subprocess(CLI + ["teacher-scores", f"model={out}", f"data_dir={tiny_data_dir}", "data.name=tiny",
-                                 f"output={scores}", "max_negatives=2", "rerank.score.precision=fp32"],
+                                    f"output={scores}", "max_negatives=2", "rerank.score.precision=fp32"],
                              cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     train_json = tiny_data_dir / "tiny" / "train.json"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from tests.run_command import run_as_subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,10 +29,10 @@ def _user_conf(root: Path) -> Path:
 def _pipeline(conf: Path, tmp_path: Path, loss: str) -> subprocess.CompletedProcess:
     (tmp_path / "empty").mkdir(exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", "dpr.cli.pipeline", "--config-dir", str(conf), "data.name=tiny",
-                           "data.kind=qa", "data.recipe=none", f"data_dir={tmp_path / 'empty'}",
-                           f"output_dir={tmp_path / 'run'}", "teacher=true", f"teacher_cfg.loss={loss}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return run_as_subprocess([sys.executable, "-m", "dpr.cli.pipeline", "--config-dir", str(conf), "data.name=tiny",
+                              "data.kind=qa", "data.recipe=none", f"data_dir={tmp_path / 'empty'}",
+                              f"output_dir={tmp_path / 'run'}", "teacher=true", f"teacher_cfg.loss={loss}"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_a_loss_in_the_users_config_dir_is_found_by_teacher_cfg_loss(tmp_path):

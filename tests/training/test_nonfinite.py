@@ -16,6 +16,7 @@ import torch
 from dpr.training.trainer import TrainingDiverged, check_step_finite, nonfinite_parameters
 from dpr.training.train import train
 from dpr.training.validation import Validator, average_rank, corpus_topk_accuracy
+from tests.run_command import run_as_subprocess
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 BIN = Path(sys.executable).parent
@@ -119,10 +120,10 @@ def test_cli_refuses_inf_lr_and_reports_divergence_in_one_line(tiny_model_dir, t
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
 
     def run(out: Path, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(BIN / "dpr-train"), "--config-dir", str(conf), "data=tiny",
-                               f"data_dir={tiny_data_dir}", f"output_dir={out}", "model=tiny",
-                               f"model.name={tiny_model_dir}", "train.batch_size=4", "train.val_batch_size=8",
-                               "train.precision=fp32", *extra], env=env, capture_output=True, text=True, timeout=300)
+        return run_as_subprocess([str(BIN / "dpr-train"), "--config-dir", str(conf), "data=tiny",
+                                  f"data_dir={tiny_data_dir}", f"output_dir={out}", "model=tiny",
+                                  f"model.name={tiny_model_dir}", "train.batch_size=4", "train.val_batch_size=8",
+                                  "train.precision=fp32", *extra], env=env, capture_output=True, text=True, timeout=300)
 
     proc = run(tmp_path / "inf", "train.lr=inf", "train.max_steps=3")
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-train")]

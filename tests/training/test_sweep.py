@@ -12,6 +12,7 @@ from pathlib import Path
 from dpr.cli.train import sweep_subdir
 from dpr.trainkit.metrics_log import read_jsonl
 from dpr.training.sweep import write_sweep_summary
+from tests.run_command import run_as_subprocess
 
 
 def _dpr_train() -> list[str]:
@@ -31,7 +32,7 @@ def _tiny_sweep(tiny_model_dir, tiny_data_dir, tmp_path, *overrides: str) -> Pat
     env = dict(os.environ, WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false", HYDRA_FULL_ERROR="1",
                OMP_NUM_THREADS="1")
     env.pop("RANK", None)
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return sweep
 

@@ -17,6 +17,7 @@ from dpr.training.train import TrainConfig, train
 from dpr.trainkit.metrics_log import read_jsonl
 from dpr.trainkit.precision import resolve_precision
 from tests.training.helpers import train_batches
+from tests.run_command import run_as_subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,7 +223,7 @@ def test_cli_interface_writes_loadable_towers_and_metrics(tiny_model_dir, tiny_d
            "data=tiny", f"data_dir={tiny_data_dir}", f"output_dir={out}", "train.max_steps=3",
            "train.batch_size=4", "train.hard_negatives=1",
            "model=tiny", f"model.name={tiny_model_dir}", "train.val_batch_size=8"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for tower in ("question_encoder", "passage_encoder"):
         model = AutoModel.from_pretrained(out / tower)
@@ -242,7 +243,7 @@ def test_cli_bad_input_is_one_line_exit_2(tiny_model_dir, tiny_data_dir, tmp_pat
     (tiny_data_dir / "tiny" / "train.json").write_text("[{\"question\": 3}]")
     cmd = [*dpr_train(), "--config-dir", str(conf), "data=tiny",
            f"data_dir={tiny_data_dir}", f"output_dir={tmp_path / 'o'}", "model=tiny", f"model.name={tiny_model_dir}"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    proc = run_as_subprocess(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert "dpr-train: error:" in proc.stderr and "train.json" in proc.stderr and "question" in proc.stderr
 
