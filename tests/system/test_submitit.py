@@ -64,9 +64,9 @@ def test_slurm_preset_composes(tmp_path):
 
 
 @pytest.mark.slow
-def test_encode_array_equals_one_encode(tiny_model_dir, tiny_data_dir, tmp_path):
+def test_encode_and_index_arrays(tiny_model_dir, tiny_data_dir, tmp_path):
     """``dpr-encode -m shard_id=0,1 num_shards=2`` as two submitit jobs: their shards, read together, are the
-    one-process encode's vectors and ids."""
+    one-process encode's vectors and ids; then ``dpr-index -m index=flat,hnsw`` builds both indexes as two jobs."""
     passages = tiny_data_dir / "tiny" / "passages.tsv"
     common = [f"model={tiny_model_dir}", f"passages={passages}", "dtype=float32", "autocast=off", "threads=1",
               "batch_size=4"]
@@ -80,3 +80,9 @@ def test_encode_array_equals_one_encode(tiny_model_dir, tiny_data_dir, tmp_path)
     ids, vectors = read_embeddings(tmp_path / "array")
     assert ids == one_ids and len(ids) > 2
     np.testing.assert_allclose(vectors, one, rtol=0, atol=1e-5)  # batches differ: fp32 padding noise only
+    # an index array over those shards: one job per index type, each its own file
+    run([*console("dpr-index"), "-m", f"embeddings={tmp_path / 'array'}", "index=flat,hnsw", "threads=1",
+         f"output={tmp_path / 'idx'}/${{hydra:runtime.choices.index}}.faiss", "hydra/launcher=submitit_local",
+         f"hydra.sweep.dir={tmp_path / 'index_jobs'}"], tmp_path)
+    for name in ("flat", "hnsw"):
+        assert (tmp_path / "idx" / f"{name}.faiss.ids").read_text().split() == ids
