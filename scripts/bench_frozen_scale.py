@@ -6,7 +6,8 @@
         --peer-sizes 200000 --json runs/frozen_scale.json
 
 At each size N a synthetic dataset is written (`scale_synth.PassageSampler` over a seed vocabulary: N passages;
-``--questions`` training questions whose positives and one mined negative are among them) and one training run
+``--questions`` training questions whose positives and one mined negative are among them, each answer a word of its
+positive passage alone, as a real answer is rare in a corpus) and one training run
 (a tiny random 2-layer BERT, ``--frozen-steps`` frozen-index steps, no two-tower steps, no validation) runs in a
 fresh process: its peak RSS (``ru_maxrss``), its wall time, and the frozen steps' mean time (metrics.jsonl). The
 peer is the same run without ``corpus_sample`` (the whole corpus cached), at ``--peer-sizes``. The growth law of
@@ -55,7 +56,10 @@ def write_dataset(root: Path, n: int, questions: int, seed: int) -> None:
         for start in range(0, n, 50_000):
             texts, titles = sampler.sample(min(50_000, n - start))
             for i, (text, title) in enumerate(zip(texts, titles)):
-                f.write(f"s{start + i}\t{text}\t{title}\n")
+                j = start + i
+                if j < 2 * questions and j % 2 == 0:  # a question's answer: a word in its positive passage alone
+                    text = f"{text} answer{j // 2}x"
+                f.write(f"s{j}\t{text}\t{title}\n")
                 if start + i < 2 * questions:
                     kept.append((text, title))
 
@@ -63,7 +67,7 @@ def write_dataset(root: Path, n: int, questions: int, seed: int) -> None:
         return {"passage_id": f"s{j}", "title": kept[j][1], "text": kept[j][0]}
 
     write_retriever_json(root / "train.json", (
-        {"question": " ".join(kept[2 * q][0].split()[:8]), "answers": [kept[2 * q][0].split()[3]],
+        {"question": " ".join(kept[2 * q][0].split()[:8]), "answers": [f"answer{q}x"],
          "positive_ctxs": [ctx(2 * q)], "hard_negative_ctxs": [ctx(2 * q + 1)], "negative_ctxs": []}
         for q in range(questions)))
     (root / "meta.json").write_text(json.dumps({"name": root.name, "kind": "qa"}), encoding="utf-8")
