@@ -15,6 +15,7 @@ import pytest
 from dpr.atomic import OutputConflictError, check_outputs_inside, write_json_atomic, write_text_atomic
 from dpr.output_kinds import INSIDE, foreign_inside
 from dpr.run_dir import OUTPUTS_INSIDE, lock_run_dir
+from tests.run_command import run_command
 
 BIN = Path(sys.executable).parent
 USER_README = "# My notes\n\nexperiments I ran by hand\n"
@@ -30,10 +31,7 @@ def _user_dir(root: Path) -> Path:
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "disabled"}
-    env.pop("RANK", None)
-    return subprocess.run([str(BIN / args[0]), *args[1:]], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=300)
+    return run_command(args, cwd=cwd)  # the console script's main, in-process
 
 
 def _one_line(proc: subprocess.CompletedProcess, *words: str) -> str:

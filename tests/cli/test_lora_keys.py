@@ -13,6 +13,7 @@ import pytest
 from dpr.cli.argv import hydra_argv, lora_key_overrides
 from dpr.models.biencoder import BiEncoderConfig
 from dpr.models.lora import LoraSettings
+from tests.run_command import run_as_subprocess
 
 
 def test_lora_keys_are_forced_at_any_depth_and_nothing_else_is():
@@ -45,13 +46,13 @@ def test_a_rank_key_alone_keeps_the_other_defaults():
 
 
 def test_the_command_line_composes_lora_keys_on_a_null_and_on_a_preset():
-    """One real command per preset (``--cfg job`` prints the composed config without running)."""
+    """One command per preset, its main in-process (``--cfg job`` prints the composed config without running)."""
     env = {**os.environ, "WANDB_MODE": "offline"}
     script = os.path.join(os.path.dirname(sys.executable), "dpr-train")
     for preset, keys, expect in (("tiny", ["model.lora.r=16", "model.lora.alpha=8"], ["r: 16", "alpha: 8"]),
                                  ("llama", ["model.lora.r=8"], ["r: 8", "alpha: 32", "- q_proj"])):
-        out = subprocess.run([script, f"model={preset}", *keys, "--cfg", "job"], capture_output=True, text=True,
-                             env=env, timeout=120)
+        out = run_as_subprocess([script, f"model={preset}", *keys, "--cfg", "job"], capture_output=True, text=True,
+                                env=env, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         lora = out.stdout.split("  lora:\n", 1)[1].split("\ndata:", 1)[0]
         for line in expect:

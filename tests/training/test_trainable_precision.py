@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from dpr.models.backbone import check_trainable_dtype
+from tests.run_command import run_as_subprocess
 
 BIN = Path(sys.executable).parent
 
@@ -42,11 +43,11 @@ def _conf(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("command", ["dpr-train", "dpr-pipeline"])
 def test_commands_refuse_it_before_any_work(tmp_path, tiny_model_dir, tiny_data_dir, command):
     out = tmp_path / "run"
-    proc = subprocess.run([str(BIN / command), "--config-dir", str(_conf(tmp_path)), "data=tiny",
-                           f"data_dir={tiny_data_dir}", f"output_dir={out}", "model=tiny",
-                           f"model.name={tiny_model_dir}", "model.dtype=bf16", "train.max_steps=2"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "WANDB_MODE": "disabled"})
+    proc = run_as_subprocess([str(BIN / command), "--config-dir", str(_conf(tmp_path)), "data=tiny",
+                              f"data_dir={tiny_data_dir}", f"output_dir={out}", "model=tiny",
+                              f"model.name={tiny_model_dir}", "model.dtype=bf16", "train.max_steps=2"],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                             env={**os.environ, "WANDB_MODE": "disabled"})
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(command)]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert "model.dtype=bf16 trains only LoRA adapters" in lines[0]
