@@ -19,6 +19,9 @@ random rows among N - 3,526 synthetic items (`scale_synth.py`):
 
 Memory is the peak *anonymous* RSS above the level before the build (`scale_stats.PeakRSS`).
 Every cost gets a growth law (log-log slope over the sizes) and a projection to ``--target``.
+
+The whole pipeline on such corpora, stage by stage (wall, CPU time, peak RSS, growth laws): `scale_pipeline.py`;
+retrieval's peak memory against its index's size: `scale_retrieval.py`.
 """
 
 from __future__ import annotations
