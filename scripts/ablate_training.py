@@ -23,7 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+from script_args import OneLineParser, claim_dir, owned_dir  # scripts/ is on sys.path
+
 REPO = Path(__file__).resolve().parents[1]
+MARKER = ".dpr-ablation"  # an ablation's --out: a rerun may write there
 
 # name -> (what it tests, dpr-train overrides). The baseline is the previous default recipe.
 # The pipeline's recipe, conf/train/pipeline.yaml (run_variant adds its validate_at_start to every run): the
@@ -127,20 +130,23 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> None:
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", default="squad1_open,sciq_open,nfcorpus")
     ap.add_argument("--variants", default="all", help="comma list of " + ", ".join(VARIANTS) + ", or all")
-    ap.add_argument("--out", default="runs/ablation")
+    ap.add_argument("--out", default="runs/ablation", type=owned_dir(MARKER, "ablation.json"),
+                    help="the runs and the tables (new, empty, or an earlier ablation's)")
     ap.add_argument("--data-dir", default="data/prepared")
     ap.add_argument("--extra", nargs="*", default=[], help="overrides added to every run")
     ap.add_argument("--collect", action="store_true", help="only tabulate the runs already finished under --out")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     names = list(VARIANTS) if args.variants == "all" else args.variants.split(",")
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         ap.error(f"unknown variants {unknown}; known: {list(VARIANTS)}")
     out = Path(args.out)
+    if not args.collect:
+        claim_dir(out, MARKER, "ablate_training.py")
     rows = []
     for dataset in args.datasets.split(","):
         for name in names:

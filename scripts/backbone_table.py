@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from safetensors import safe_open
+from script_args import OneLineParser, comma_list, whole  # scripts/ is on sys.path
 
 TOWERS = ("question_encoder", "passage_encoder")
 
@@ -66,13 +67,21 @@ def dev_topk(results: Path, ks=(1, 5, 20, 100)) -> list[float]:
     return [100 * acc[k] for k in ks]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _run(text: str) -> tuple[str, Path]:
+    """``NAME=RUN_DIR``: a label and an existing run directory."""
+    name, eq, run = text.partition("=")
+    if not eq or not name or not Path(run).is_dir():
+        raise argparse.ArgumentTypeError(f"expected NAME=RUN_DIR with RUN_DIR a directory, got {text!r}")
+    return name, Path(run)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("table", choices=("lora", "dims"))
-    ap.add_argument("runs", nargs="+", metavar="NAME=RUN_DIR")
-    ap.add_argument("--dims", default="192,96,48")
-    args = ap.parse_args()
-    runs = [(r.split("=", 1)[0], Path(r.split("=", 1)[1])) for r in args.runs]
+    ap.add_argument("runs", nargs="+", metavar="NAME=RUN_DIR", type=_run)
+    ap.add_argument("--dims", type=comma_list(whole(1)), default=[192, 96, 48])
+    args = ap.parse_args(argv)
+    runs = args.runs
     if args.table == "lora":
         print("| run | dev top-1 | dev top-5 | dev top-20 | dev MRR | trainable | towers | model dir (+ checkpoints) "
               "| train loop s |")
@@ -82,7 +91,7 @@ def main() -> None:
         return
     print("| size | " + " | ".join(f"{n} dev top-1 / 5 / 20 / 100" for n, _ in runs) + " |")
     print("|---|" + "---|" * len(runs))
-    for system in ["dense", *(f"dense@{d}" for d in args.dims.split(","))]:
+    for system in ["dense", *(f"dense@{d}" for d in args.dims)]:
         cells = [" / ".join(f"{v:.1f}" for v in dev_topk(run / system / "dev.json")) for _, run in runs]
         print(f"| {system} | " + " | ".join(cells) + " |")
 

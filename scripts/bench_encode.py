@@ -64,6 +64,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench_data import find_dataset  # noqa: E402  (scripts/ is on sys.path when run as a script)
+from script_args import OneLineParser, json_output, whole  # noqa: E402  (scripts/ is on sys.path)
 
 log = logging.getLogger("bench_encode")
 
@@ -155,12 +156,12 @@ def compiled_lever(model, ours, precision: str, skipped: dict) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=512, help="passages to encode")
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3, help="timed rounds per encoder (best is kept)")
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=whole(1), default=512, help="passages to encode")
+    ap.add_argument("--batch-size", type=whole(1), default=64)
+    ap.add_argument("--repeat", type=whole(1), default=3, help="timed rounds per encoder (best is kept)")
     ap.add_argument("--autocast", default="auto", help="our default precision: auto | bf16 | off")
-    ap.add_argument("--qa", type=int, default=0, help="questions for the top-20 accuracy check (0 = skip)")
+    ap.add_argument("--qa", type=whole(0), default=0, help="questions for the top-20 accuracy check (0 = skip)")
     ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")
     ap.add_argument("--dataset", default="squad1_open")
     ap.add_argument("--model", default="all-MiniLM-L6-v2", help="alias or HF model dir (tests: a tiny BERT)")
@@ -170,12 +171,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--onnx-cache", type=Path, help="where our exported graph is cached (default: the data cache)")
     ap.add_argument("--no-corpus", action="store_true", help="skip the encode_corpus end-to-end timing")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile row (ours-compiled)")
-    ap.add_argument("--peak-n", type=int, default=2048, help="matmul size for the measured peak")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--peak-n", type=whole(1), default=2048, help="matmul size for the measured peak")
+    ap.add_argument("--threads", type=whole(0), default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: process CPU time, steadier than wall time on a machine shared with other jobs "
                          "(use with --threads 1)")
-    ap.add_argument("--json", type=Path, help="also write the results here (the interface in dpr/perf/report.py)")
+    ap.add_argument("--json", type=json_output, help="also write the results here (the interface in dpr/perf/report.py)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N: both encoders run there (scripts/bench_gpu.py); "
                     "on a GPU the int8, ONNX and compiled rows and the encode_corpus timing are skipped")
     args = ap.parse_args(argv)

@@ -33,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 
+from script_args import OneLineParser, comma_list, json_output, output_file, real, whole  # scripts/ is on sys.path
+
 REPO = Path(__file__).resolve().parents[1]
 PEER = "sentence-transformers"
 
@@ -134,31 +136,32 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (a rehearsal: no utilisation)")
     ap.add_argument("--model", default="all-MiniLM-L6-v2", help="alias or HF model dir (both sides)")
     ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")
     ap.add_argument("--data", default="squad1_open")
-    ap.add_argument("--steps", type=int, default=20, help="training steps per row (train and rerank)")
-    ap.add_argument("--batch-size", type=int, default=128, help="training batch (DPR's: 128 questions)")
-    ap.add_argument("--hard-negatives", type=int, default=1)
-    ap.add_argument("--encode-n", type=int, default=20000, help="passages encoded per round")
-    ap.add_argument("--encode-batch-size", type=int, default=512)
-    ap.add_argument("--rerank-pairs", type=int, default=4000)
-    ap.add_argument("--rerank-batch-size", type=int, default=32, help="cross-encoder training batch (questions)")
-    ap.add_argument("--stages", default="train,encode,rerank")
+    ap.add_argument("--steps", type=whole(2), default=20, help="training steps per row (train and rerank)")
+    ap.add_argument("--batch-size", type=whole(1), default=128, help="training batch (DPR's: 128 questions)")
+    ap.add_argument("--hard-negatives", type=whole(0), default=1)
+    ap.add_argument("--encode-n", type=whole(1), default=20000, help="passages encoded per round")
+    ap.add_argument("--encode-batch-size", type=whole(1), default=512)
+    ap.add_argument("--rerank-pairs", type=whole(1), default=4000)
+    ap.add_argument("--rerank-batch-size", type=whole(1), default=32, help="cross-encoder training batch (questions)")
+    ap.add_argument("--stages", type=comma_list(), default=["train", "encode", "rerank"],
+                    help="comma list of train, encode, rerank (default: all three)")
     ap.add_argument("--quick", action="store_true", help="fp32 rows only and a small matmul peak (the CPU rehearsal)")
-    ap.add_argument("--sample-s", type=float, default=0.5, help="utilisation sampling period")
+    ap.add_argument("--sample-s", type=real(0, lo_open=True), default=0.5, help="utilisation sampling period")
     ap.add_argument("--out-dir", type=Path, default=None, help="the stages' reports and logs (default: beside --json)")
-    ap.add_argument("--json", type=Path, required=True)
-    ap.add_argument("--md", type=Path, default=None)
+    ap.add_argument("--json", type=json_output, required=True)
+    ap.add_argument("--md", type=output_file, default=None)
     args = ap.parse_args(argv)
 
     import torch
 
     on_gpu = args.device.startswith("cuda")
     if on_gpu and not torch.cuda.is_available():
-        raise SystemExit(f"bench_gpu: --device {args.device} but torch sees no CUDA GPU")
+        ap.error(f"argument --device: {args.device}, but torch sees no CUDA GPU")
     out_dir = args.out_dir or args.json.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     data = ["--model", args.model, "--data-dir", str(args.data_dir)]
@@ -177,10 +180,10 @@ def main(argv: list[str] | None = None) -> dict:
         stages["train"] += [*quick, "--no-bf16"]
         stages["encode"] += [*quick, "--no-bf16"]
         stages["rerank"] += [*quick, "--precision", "fp32", "--repeats", "1"]
-    wanted = [s for s in args.stages.split(",") if s]
+    wanted = args.stages
     unknown = sorted(set(wanted) - set(stages))
     if unknown:
-        raise SystemExit(f"bench_gpu: unknown stage(s) {unknown}; known: {sorted(stages)}")
+        ap.error(f"argument --stages: unknown stage(s) {unknown}; known: {sorted(stages)}")
     result = {"device": args.device, "device_name": torch.cuda.get_device_name(torch.device(args.device))
               if on_gpu else "CPU", "model": args.model, "batch_size": args.batch_size,
               "hard_negatives": args.hard_negatives, "stages": {}}

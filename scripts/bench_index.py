@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from script_args import OneLineParser, input_dir, input_file, json_output, whole  # scripts/ is on sys.path
+
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -67,22 +69,22 @@ def timed(fn):
     return time.perf_counter() - t0, out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--embeddings", type=Path, help="a dpr-encode output directory (default: synthetic vectors)")
-    ap.add_argument("--n", type=int, default=20_000, help="synthetic passages")
-    ap.add_argument("--dim", type=int, default=384, help="synthetic dimension (MiniLM: 384)")
-    ap.add_argument("--clusters", type=int, default=200)
-    ap.add_argument("--queries", type=int, default=500)
-    ap.add_argument("--k", type=int, default=20)
-    ap.add_argument("--nprobe", type=int, default=16)
-    ap.add_argument("--ef-search", type=int, default=128)
+def main(argv: list[str] | None = None) -> None:
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--embeddings", type=input_dir, help="a dpr-encode output directory (default: synthetic vectors)")
+    ap.add_argument("--n", type=whole(1), default=20_000, help="synthetic passages")
+    ap.add_argument("--dim", type=whole(1), default=384, help="synthetic dimension (MiniLM: 384)")
+    ap.add_argument("--clusters", type=whole(1), default=200)
+    ap.add_argument("--queries", type=whole(1), default=500)
+    ap.add_argument("--k", type=whole(1), default=20)
+    ap.add_argument("--nprobe", type=whole(1), default=16)
+    ap.add_argument("--ef-search", type=whole(1), default=128)
     ap.add_argument("--model", help="encode --qa questions with this model (real top-k accuracy)")
-    ap.add_argument("--qa", type=Path, help="questions + answers (.qa.tsv) for top-k accuracy")
-    ap.add_argument("--passages", type=Path, help="passages.tsv the embeddings were encoded from")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", type=Path, help="also write the numbers here")
-    args = ap.parse_args()
+    ap.add_argument("--qa", type=input_file, help="questions + answers (.qa.tsv) for top-k accuracy")
+    ap.add_argument("--passages", type=input_file, help="passages.tsv the embeddings were encoded from")
+    ap.add_argument("--seed", type=whole(0), default=0)
+    ap.add_argument("--json", type=json_output, help="also write the numbers here")
+    args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     from dpr.index import build_and_save, build_index, load_index, search

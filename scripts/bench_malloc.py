@@ -22,21 +22,23 @@ import sys
 import tempfile
 from pathlib import Path
 
+from script_args import OneLineParser, json_output, whole  # scripts/ is on sys.path
+
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMS = {"ours": "1", "glibc-default": "0"}  # system -> DPR_MALLOC_TUNING
 
 
 def parse_args(doc: str, argv: list[str] | None) -> argparse.Namespace:
     """The options of a bench of ``dpr-train`` processes (this one and ``bench_length_buckets.py``)."""
-    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap = OneLineParser(description=doc.split("\n\n")[0])
     ap.add_argument("--data", default="squad1_open")
     ap.add_argument("--data-dir", default=str(REPO / "data" / "prepared"))
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=2, help="runs per system, alternating")
+    ap.add_argument("--steps", type=whole(2), default=8)
+    ap.add_argument("--batch-size", type=whole(1), default=32)
+    ap.add_argument("--rounds", type=whole(1), default=2, help="runs per system, alternating")
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--extra", nargs="*", default=[], help="more dpr-train overrides (tests: a tiny model)")
-    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--json", type=json_output, default=None)
     return ap.parse_args(argv)
 
 

@@ -59,6 +59,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from script_args import OneLineParser, input_file, json_output, real, whole  # noqa: E402  (scripts/ is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
 PEER = "sentence-transformers"
@@ -330,7 +331,7 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
             f"{k[0]} {k[1]} {v['times'][-1]:.2f}s loss {v['losses'][-1]:.4f}" for k, v in res.items()))
     shapes = [tuple(collate(b, tok, max_len, title)["input_ids"].shape) for b in batches]
     pairs_per_step = bs * (1 + args.negatives)
-    timed = slice(1, None) if steps > 1 else slice(None)
+    timed = slice(1, None)  # the first step pays kernel set-up (--steps >= 2: checked with the arguments)
     config = load_cross_encoder(ce_dir)[0].config
     rows = []
     for (system, p), side in res.items():
@@ -357,42 +358,37 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.rerank.config import RerankConfig
 
     d = RerankConfig()
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=d.model.name, help="base encoder (alias, HF dir) or a trained cross-encoder dir")
-    ap.add_argument("--results", type=Path, help="a DPR results file: pairs from each question's top --k ctxs")
-    ap.add_argument("--k", type=int, default=d.score.k)
+    ap.add_argument("--results", type=input_file, help="a DPR results file: pairs from each question's top --k ctxs")
+    ap.add_argument("--k", type=whole(1), default=d.score.k)
     ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")
     ap.add_argument("--data", default="squad1_open", help="dev.json: pairs without --results; train.json: groups")
-    ap.add_argument("--pairs", type=int, default=1000, help="pairs to score per round")
-    ap.add_argument("--batch-size", type=int, default=d.score.batch_size, help="scoring batch (both sides)")
-    ap.add_argument("--repeats", type=int, default=5, help="timed scoring rounds (median kept)")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed scoring rounds first")
+    ap.add_argument("--pairs", type=whole(1), default=1000, help="pairs to score per round")
+    ap.add_argument("--batch-size", type=whole(1), default=d.score.batch_size, help="scoring batch (both sides)")
+    ap.add_argument("--repeats", type=whole(1), default=5, help="timed scoring rounds (median kept)")
+    ap.add_argument("--warmup", type=whole(0), default=1, help="untimed scoring rounds first")
     ap.add_argument("--precision", choices=("fp32", "bf16", "both"), default="both")
-    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
-    ap.add_argument("--max-length", type=int, default=d.max_length, help="for a fresh model (a trained one keeps its own)")
-    ap.add_argument("--steps", type=int, default=10, help="training steps per row (the first is not timed)")
-    ap.add_argument("--length-bucket-lever", type=int, default=None,
+    ap.add_argument("--threads", type=whole(0), default=0, help="torch intra-op threads (0: torch's default)")
+    ap.add_argument("--max-length", type=whole(1), default=d.max_length, help="for a fresh model (a trained one keeps its own)")
+    ap.add_argument("--steps", type=whole(2), default=10, help="training steps per row (the first is not timed)")
+    ap.add_argument("--length-bucket-lever", type=whole(0), default=None,
                     help="the lever row's rerank.train.length_bucket_size (default: 0, one forward, where the "
                          "default buckets; 8 where it is one forward)")
-    ap.add_argument("--train-batch-size", type=int, default=d.train.batch_size, help="questions per training step")
-    ap.add_argument("--negatives", type=int, default=d.train.negatives)
-    ap.add_argument("--lr", type=float, default=d.train.lr)
-    ap.add_argument("--weight-decay", type=float, default=d.train.weight_decay)
-    ap.add_argument("--warmup-ratio", type=float, default=d.train.warmup_ratio)
-    ap.add_argument("--max-grad-norm", type=float, default=d.train.max_grad_norm)
+    ap.add_argument("--train-batch-size", type=whole(1), default=d.train.batch_size, help="questions per training step")
+    ap.add_argument("--negatives", type=whole(1), default=d.train.negatives)
+    ap.add_argument("--lr", type=real(0, lo_open=True), default=d.train.lr)
+    ap.add_argument("--weight-decay", type=real(0), default=d.train.weight_decay)
+    ap.add_argument("--warmup-ratio", type=real(0, 1), default=d.train.warmup_ratio)
+    ap.add_argument("--max-grad-norm", type=real(0), default=d.train.max_grad_norm)
     ap.add_argument("--no-score", action="store_true")
     ap.add_argument("--no-train", action="store_true")
-    ap.add_argument("--peak-n", type=int, default=2048, help="matmul size for the measured peak")
-    ap.add_argument("--seed", type=int, default=d.train.seed)
-    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--peak-n", type=whole(1), default=2048, help="matmul size for the measured peak")
+    ap.add_argument("--seed", type=whole(0), default=d.train.seed)
+    ap.add_argument("--json", type=json_output, help="also write the results here")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N: both sides run there (scripts/bench_gpu.py)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for key in ("pairs", "batch_size", "repeats", "steps", "train_batch_size", "negatives", "k"):
-        if getattr(args, key) < 1:
-            raise ValueError(f"--{key.replace('_', '-')}={getattr(args, key)}: must be >= 1")
-    if args.length_bucket_lever is not None and args.length_bucket_lever < 0:
-        raise ValueError(f"--length-bucket-lever={args.length_bucket_lever}: must be >= 0 (0: one forward)")
 
     from dpr.atomic import write_json_atomic
     from dpr.perf import cpu_flags, cpu_supports_bf16, matmul_peak_gflops

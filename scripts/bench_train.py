@@ -42,7 +42,6 @@ peak measured here in that precision (`dpr.perf.peak`).
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import sys
@@ -56,6 +55,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+from script_args import OneLineParser, json_output, real, whole  # noqa: E402  (scripts/ is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
 PEER = "sentence-transformers"
@@ -231,26 +231,26 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.training.config import TrainConfig
 
     defaults = TrainConfig()
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")
     ap.add_argument("--data", default="squad1_open")
     ap.add_argument("--model", default="all-MiniLM-L6-v2", help="alias or HF model dir (tests: a tiny BERT)")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--hard-negatives", type=int, default=1)
-    ap.add_argument("--question-max-length", type=int, default=64)
-    ap.add_argument("--passage-max-length", type=int, default=192)
+    ap.add_argument("--steps", type=whole(2), default=10)
+    ap.add_argument("--batch-size", type=whole(1), default=16)
+    ap.add_argument("--hard-negatives", type=whole(0), default=1)
+    ap.add_argument("--question-max-length", type=whole(1), default=64)
+    ap.add_argument("--passage-max-length", type=whole(1), default=192)
     ap.add_argument("--precision", default=defaults.precision, help="our precision: auto (default) | fp32 | bf16")
     ap.add_argument("--st-precision", default="fp32", help="the peer's default: fp32 (its default) or bf16")
     ap.add_argument("--no-bf16", action="store_true", help="pretend the CPU lacks native bf16 (DPR_NO_BF16=1)")
     ap.add_argument("--separate-towers", action="store_true", help="ours with two towers (the minilm preset's)")
-    ap.add_argument("--peak-n", type=int, default=2048, help="matmul size for the measured peak")
-    ap.add_argument("--lr", type=float, default=defaults.lr)
-    ap.add_argument("--max-grad-norm", type=float, default=1.0)
-    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
-    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--peak-n", type=whole(1), default=2048, help="matmul size for the measured peak")
+    ap.add_argument("--lr", type=real(0, lo_open=True), default=defaults.lr)
+    ap.add_argument("--max-grad-norm", type=real(0), default=1.0)
+    ap.add_argument("--threads", type=whole(0), default=0, help="torch intra-op threads (0: torch's default)")
+    ap.add_argument("--seed", type=whole(0), default=42)
     ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N: both sides train there (scripts/bench_gpu.py)")
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here (dpr/perf/report.py)")
+    ap.add_argument("--json", type=json_output, default=None, help="also write the results here (dpr/perf/report.py)")
     args = ap.parse_args(argv)
     if args.no_bf16:
         os.environ["DPR_NO_BF16"] = "1"
@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     rows = []
     for (system, p), side in res.items():
-        timed = slice(1, None) if len(side["times"]) > 1 else slice(None)  # the first step pays kernel set-up
+        timed = slice(1, None)  # the first step pays kernel set-up (--steps >= 2: checked with the arguments)
         secs = sum(side["times"][timed])
         ours = system.startswith("ours")
         shapes = [s for step_shapes in side["shapes"][timed] for s in (step_shapes or [])]

@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from script_args import OneLineParser, input_dir, input_file, whole  # scripts/ is on sys.path
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -48,15 +50,15 @@ def make_run(kind: str, out: Path) -> Path:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run", type=Path, help="a trained run directory")
+def main(argv: list[str] | None = None) -> None:
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", type=input_dir, help="a trained run directory")
     ap.add_argument("--make", choices=["shared", "separate-projection"], help="build a run from all-MiniLM-L6-v2")
-    ap.add_argument("--qa", type=Path, required=True)
-    ap.add_argument("--passages", type=Path, required=True)
-    ap.add_argument("--questions", type=int, default=500)
-    ap.add_argument("--k", type=int, default=20)
-    args = ap.parse_args()
+    ap.add_argument("--qa", type=input_file, required=True)
+    ap.add_argument("--passages", type=input_file, required=True)
+    ap.add_argument("--questions", type=whole(1), default=500)
+    ap.add_argument("--k", type=whole(1), default=20)
+    args = ap.parse_args(argv)
     if (args.run is None) == (args.make is None):
         ap.error("give --run or --make")
 

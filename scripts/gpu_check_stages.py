@@ -193,22 +193,33 @@ def summary(out_dir: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    cmd, *rest = argv
-    if cmd == "facts":
-        facts(rest[0])
-    elif cmd == "ddp":
-        opts = dict(zip(rest[1::2], rest[2::2]))
-        ddp(rest[0], opts.get("--backend", "gloo"), opts.get("--device", "cpu"))
-    elif cmd == "compare":
-        return compare(*rest[:3])
-    elif cmd == "tiny-model":
-        tiny_model(rest[0])
-    elif cmd == "tiny-data":
-        tiny_data(rest[0])
-    elif cmd == "summary":
-        return summary(rest[0])
+    from script_args import OneLineParser, json_output  # scripts/ is on sys.path (run by path from gpu_check.sh)
+
+    ap = OneLineParser(prog="gpu_check_stages", description="the Python half of scripts/gpu_check.sh")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("facts", "tiny-model", "tiny-data", "summary"):
+        sub.add_parser(name).add_argument("out")
+    d = sub.add_parser("ddp")
+    d.add_argument("out")
+    d.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    d.add_argument("--device", default="cpu")
+    c = sub.add_parser("compare")
+    c.add_argument("report")
+    c.add_argument("published")
+    c.add_argument("out", type=json_output)
+    args = ap.parse_args(argv)
+    if args.cmd == "facts":
+        facts(args.out)
+    elif args.cmd == "ddp":
+        ddp(args.out, args.backend, args.device)
+    elif args.cmd == "compare":
+        return compare(args.report, args.published, str(args.out))
+    elif args.cmd == "tiny-model":
+        tiny_model(args.out)
+    elif args.cmd == "tiny-data":
+        tiny_data(args.out)
     else:
-        raise SystemExit(f"gpu_check_stages: unknown command {cmd!r}")
+        return summary(args.out)
     return 0
 
 

@@ -15,7 +15,6 @@ alpha on stdout.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -27,6 +26,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from dpr.atomic import write_json_atomic  # noqa: E402
+from script_args import OneLineParser, comma_list, json_output, real  # noqa: E402  (scripts/ is on sys.path)
 
 SHOWN = ("top1", "top5", "top20", "mrr", "avg_rank")
 
@@ -41,13 +41,14 @@ def interpolate(trained: dict[str, torch.Tensor], start: dict[str, torch.Tensor]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="a trained run's model directory (holds biencoder.json)")
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--data", default="squad1_open")
-    ap.add_argument("--alphas", default="1,0.85,0.7,0.5")
+    ap.add_argument("--alphas", type=comma_list(real(0, 1)), default=[1.0, 0.85, 0.7, 0.5],
+                    help="comma list of weights in [0, 1] of the trained model (1: trained, 0: untrained)")
     ap.add_argument("--autocast", default="off", help="off (fp32) or bf16")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=True, type=json_output)
     args = ap.parse_args(argv)
 
     from dpr.data.dataset import DatasetPaths
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     use_answers = paths.kind == "qa"  # as the trainer decides: answers for QA data, positives for qrels data
     mcfg = model.config
     rows = []
-    for alpha in [float(a) for a in args.alphas.split(",")]:
+    for alpha in args.alphas:
         model.load_state_dict(interpolate(trained, start, alpha))
         t0 = time.perf_counter()
         metrics = validate(model, tokenizer, dev, corpus=corpus, use_answers=use_answers, cfg=val_cfg,

@@ -14,10 +14,11 @@ The counts of each filter are written beside the output (``<stem>.stats.json``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from pathlib import Path
+
+from script_args import OneLineParser, json_output, output_of_kind, refuse, whole  # scripts/ is on sys.path
 
 
 def _fusion(arg: str) -> tuple[float, str]:
@@ -32,29 +33,37 @@ def _fusion(arg: str) -> tuple[float, str]:
             tuned = json.loads(path.read_text(encoding="utf-8"))
             weight = float(tuned["weight"])
         except (ValueError, KeyError, TypeError) as e:
-            raise SystemExit(f"{path}: no numeric 'weight' field ({e})") from None
+            refuse(f"{path}: no numeric 'weight' field ({e})")
         normalize = tuned.get("normalize", "minmax")
         if normalize not in NORMALIZE:
-            raise SystemExit(f"{path}: field 'normalize' must be one of {NORMALIZE}, got {normalize!r}")
+            refuse(f"{path}: field 'normalize' must be one of {NORMALIZE}, got {normalize!r}")
         return weight, normalize
     try:
         return float(arg), "minmax"
     except ValueError:
-        raise SystemExit(f"--weight {arg!r}: neither a number nor a weight.json file") from None
+        refuse(f"--weight {arg!r}: neither a number nor a weight.json file")
+
+
+def _results(head: bytes) -> bool:
+    from dpr.output_kinds import dpr_results
+
+    return dpr_results(head)
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", required=True, help="a prepared dataset directory (passages.tsv, train.json)")
     p.add_argument("--split", default="train", help="which <split>.json to mine (default train)")
     p.add_argument("--miner", choices=("bm25", "dense", "hybrid"), required=True)
     p.add_argument("--model", help="dense/hybrid: the run directory (or model) whose question tower searches")
     p.add_argument("--index", help="dense/hybrid: the FAISS index of that model's passage vectors")
     p.add_argument("--weight", default="1.0", help="hybrid: dense + weight * bm25 (a number or a weight.json)")
-    p.add_argument("--num-negatives", type=int, default=30)
-    p.add_argument("--depth", type=int, default=100)
-    p.add_argument("--output", required=True)
+    p.add_argument("--num-negatives", type=whole(0), default=30)
+    p.add_argument("--depth", type=whole(1), default=100)
+    p.add_argument("--output", required=True, type=output_of_kind(_results, "a DPR results JSON"),
+                   help="the mined training set (a DPR results JSON: an earlier one is replaced, nothing else)")
     args = p.parse_args(argv)
+    json_output(str(args.output.with_name(args.output.stem + ".stats.json")))  # its sidecar: the same rule
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     from dpr.atomic import write_json_atomic
@@ -66,11 +75,9 @@ def main(argv: list[str] | None = None) -> None:
     ds = DatasetPaths(args.dataset)
     source = Path(ds.root) / f"{args.split}.json"
     if not source.is_file():
-        raise SystemExit(f"{source}: no such file (prepare the dataset with dpr-data)")
+        refuse(f"{source}: no such file (prepare the dataset with dpr-data)")
     if args.miner != "bm25" and not (args.model and args.index):
-        raise SystemExit(f"--miner {args.miner} needs --model and --index")
-    if args.num_negatives < 0 or args.depth < 1:  # before any index is loaded
-        raise SystemExit(f"need --num-negatives >= 0 and --depth >= 1, got {args.num_negatives} and {args.depth}")
+        refuse(f"--miner {args.miner} needs --model and --index")
     weight, normalize = _fusion(args.weight) if args.miner == "hybrid" else (None, None)
     bm25 = Retriever.bm25(ds.passages, Path(ds.root) / "bm25_index") if args.miner != "dense" else None
     dense = (Retriever.dense(args.model, args.index, passages=ds.passages) if args.miner != "bm25" else None)

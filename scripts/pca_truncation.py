@@ -25,6 +25,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_data import find_dataset  # noqa: E402
+from script_args import OneLineParser, json_output  # noqa: E402  (scripts/ is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
 KS = (1, 5, 20, 100)
@@ -41,14 +42,14 @@ def topk_accuracy(q: torch.Tensor, p: torch.Tensor, hits: torch.Tensor, cosine: 
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="minilm",
                     help="a run's model directory, or a preset of conf/model/ (the untrained backbone with its settings)")
     ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")
     ap.add_argument("--data", default="squad1_open")
     ap.add_argument("--split", default="dev")
     ap.add_argument("--dims", default="192,96,48")
-    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--json", type=json_output, default=None)
     args = ap.parse_args(argv)
     dims = [int(d) for d in args.dims.split(",")]
     root = find_dataset(args.data_dir, args.data)

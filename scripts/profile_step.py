@@ -24,7 +24,6 @@ written there too).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import os
@@ -38,6 +37,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from bench_train import REPO, dataset, ours_step  # noqa: E402  (scripts/ is on sys.path when run as a script)
+from script_args import OneLineParser, json_output, output_file, real, refuse, whole  # noqa: E402  (scripts/ is on sys.path)
 
 PRECISIONS = ("auto", "fp32", "bf16", "both")
 
@@ -62,7 +62,7 @@ def precisions_for(choice: str) -> list[str]:
     from dpr.perf.cpu import cpu_supports_bf16
 
     if choice not in PRECISIONS:
-        raise SystemExit(f"--precision must be one of {PRECISIONS}, got {choice!r}")
+        refuse(f"profile_step: --precision must be one of {PRECISIONS}, got {choice!r}")
     return {"auto": ["fp32"] + (["bf16"] if cpu_supports_bf16() else []), "fp32": ["fp32"], "bf16": ["bf16"],
             "both": ["fp32", "bf16"]}[choice]
 
@@ -115,28 +115,28 @@ def main(argv: list[str] | None = None) -> dict:
     from dpr.training.config import TrainConfig
 
     defaults = TrainConfig()
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="all-MiniLM-L6-v2", help="alias or HF model dir")
     ap.add_argument("--tiny", action="store_true", help="a tiny random BERT and the tests' tiny set (tests)")
     ap.add_argument("--data-dir", type=Path, default=REPO / "data" / "prepared")
     ap.add_argument("--data", default="squad1_open")
     ap.add_argument("--precision", default="auto", help=f"one of {PRECISIONS} (module doc)")
-    ap.add_argument("--batch-size", type=int, default=None,
+    ap.add_argument("--batch-size", type=whole(1), default=None,
                     help=f"training questions per step (default: train.batch_size, {defaults.batch_size}; --tiny: 4)")
-    ap.add_argument("--hard-negatives", type=int, default=defaults.hard_negatives)
-    ap.add_argument("--question-max-length", type=int, default=64)
-    ap.add_argument("--passage-max-length", type=int, default=192)
-    ap.add_argument("--warmup", type=int, default=1, help="training steps (and encode passes) not profiled")
-    ap.add_argument("--steps", type=int, default=1, help="training steps profiled")
-    ap.add_argument("--passages", type=int, default=256, help="passages encoded per profiled pass")
-    ap.add_argument("--encode-batch-size", type=int, default=64, help="dpr-encode's batch_size")
-    ap.add_argument("--top", type=int, default=15, help="operators listed per profile")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--attention-dropout", type=float, default=defaults.attention_dropout,
+    ap.add_argument("--hard-negatives", type=whole(0), default=defaults.hard_negatives)
+    ap.add_argument("--question-max-length", type=whole(1), default=64)
+    ap.add_argument("--passage-max-length", type=whole(1), default=192)
+    ap.add_argument("--warmup", type=whole(0), default=1, help="training steps (and encode passes) not profiled")
+    ap.add_argument("--steps", type=whole(1), default=1, help="training steps profiled")
+    ap.add_argument("--passages", type=whole(1), default=256, help="passages encoded per profiled pass")
+    ap.add_argument("--encode-batch-size", type=whole(1), default=64, help="dpr-encode's batch_size")
+    ap.add_argument("--top", type=whole(1), default=15, help="operators listed per profile")
+    ap.add_argument("--threads", type=whole(0), default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--attention-dropout", type=real(0, 1), default=defaults.attention_dropout,
                     help="train.attention_dropout for the training step (default: null, the model's own)")
-    ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--md", type=Path, default=None, help="also write the markdown tables here")
+    ap.add_argument("--seed", type=whole(0), default=42)
+    ap.add_argument("--json", type=json_output, default=None)
+    ap.add_argument("--md", type=output_file, default=None, help="also write the markdown tables here")
     args = ap.parse_args(argv)
 
     from dpr.atomic import write_json_atomic

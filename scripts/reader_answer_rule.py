@@ -13,7 +13,6 @@ Output: ``{"rules": [{"span_score", "passage_weight", "rank_weight", "gold": {"e
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -22,20 +21,23 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dpr.atomic import write_json_atomic  # noqa: E402
+from script_args import OneLineParser, comma_list, json_output, real, whole  # noqa: E402  (scripts/ is on sys.path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="a trained reader (dpr-reader train output_dir)")
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--data", default="squad1_open")
     ap.add_argument("--split", default="dev", help="gold passages of this split")
     ap.add_argument("--results", required=True, help="DPR results JSON of the same split")
-    ap.add_argument("--ks", default="1,5,20")
-    ap.add_argument("--weights", default="0,0.5,1,2,4,1000", help="passage_weight values")
-    ap.add_argument("--rank-weights", default="0,1,2,4", help="rank_weight values (the retriever-order prior)")
-    ap.add_argument("--max-questions", type=int, default=0, help="open domain: the first N questions only")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--ks", type=comma_list(whole(1)), default=[1, 5, 20])
+    ap.add_argument("--weights", type=comma_list(real(0)), default=[0, 0.5, 1, 2, 4, 1000],
+                    help="passage_weight values")
+    ap.add_argument("--rank-weights", type=comma_list(real(0)), default=[0, 1, 2, 4],
+                    help="rank_weight values (the retriever-order prior)")
+    ap.add_argument("--max-questions", type=whole(0), default=0, help="open domain: the first N questions only")
+    ap.add_argument("--out", required=True, type=json_output)
     args = ap.parse_args(argv)
 
     from dpr.data.dataset import DatasetPaths
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from dpr.reader.squad_metrics import evaluate
 
     t0 = time.perf_counter()
-    ks = [int(k) for k in args.ks.split(",")]
+    ks = args.ks
     model, tok, settings = load_reader(args.model)
     gold, _ = gold_records(DatasetPaths(Path(args.data_dir) / args.data), args.split)
     depth = max(len(r["ctxs"]) for r in gold)
@@ -59,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     ranks = first_hit_ranks(records, max_k=max(ks))
     rules = []
     for span_score in SPAN_SCORES:
-        for w in (float(x) for x in args.weights.split(",")):
+        for w in args.weights:
             # gold passages have no retriever order: no rank prior there
             gold_fig = evaluate(answer_at_k(gold_read, depth, AnswerRule(span_score, w)), [r["answers"] for r in gold])
-            for rw in (float(x) for x in args.rank_weights.split(",")):
+            for rw in args.rank_weights:
                 rule = AnswerRule(span_score, w, rw)
                 row = {"span_score": span_score, "passage_weight": w, "rank_weight": rw, "gold": gold_fig,
                        "open_domain": {str(k): evaluate(answer_at_k(open_read, k, rule), [r["answers"] for r in records])

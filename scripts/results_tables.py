@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from script_args import OneLineParser, input_file  # scripts/ is on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "docs" / "results" / "reports"
 PAGES = ("README.md", "docs/results/*.md", "docs/*.md")
@@ -119,18 +121,30 @@ def pages() -> list[Path]:
     return sorted({p for pattern in PAGES for p in ROOT.glob(pattern)})
 
 
+def _report_name(text: str) -> str:
+    """``save``'s NAME: one file name under docs/results/reports/ (no path: ``../x`` would write elsewhere)."""
+    if not text or text.startswith(".") or "/" in text or "\\" in text or text.endswith(".json"):
+        raise argparse.ArgumentTypeError(f"expected a report name such as squad1_open (no path, no .json), got {text!r}")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     save = sub.add_parser("save", help="copy a run's report.json into docs/results/reports/<name>.json")
-    save.add_argument("report")
-    save.add_argument("name")
+    save.add_argument("report", type=input_file)
+    save.add_argument("name", type=_report_name)
     sub.add_parser("write")
     sub.add_parser("check")
     args = parser.parse_args(argv)
     if args.cmd == "save":
         REPORTS.mkdir(parents=True, exist_ok=True)
-        json.loads(Path(args.report).read_text())  # refuse a file that is not JSON before copying it in
+        try:  # refuse a file that is not a report before copying it in
+            report = json.loads(Path(args.report).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, ValueError) as err:
+            parser.exit(2, f"results_tables: {args.report}: not JSON ({err})\n")
+        if not isinstance(report, dict) or not isinstance(report.get("systems"), dict):
+            parser.exit(2, f"results_tables: {args.report}: field systems: missing (not a dpr-eval report.json)\n")
         tmp = REPORTS / f".{args.name}.json.tmp"
         shutil.copyfile(args.report, tmp)
         tmp.replace(REPORTS / f"{args.name}.json")

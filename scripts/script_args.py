@@ -17,7 +17,7 @@ import argparse
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -131,3 +131,49 @@ def json_output(text: str) -> Path:
             raise argparse.ArgumentTypeError(
                 f"{text}: exists and is not JSON; it is not replaced (give a new path for the JSON output)") from None
     return path
+
+
+def output_of_kind(is_kind: Callable[[bytes], bool], what: str) -> Callable[[str], Path]:
+    """An argparse type: ``output_file`` that replaces only an empty file or one ``is_kind`` recognises from its
+    first 64 KiB (e.g. `dpr.output_kinds.dpr_results`); a user's file of another kind is refused."""
+    def parse(text: str) -> Path:
+        path = output_file(text)
+        if path.is_file() and path.stat().st_size:
+            with open(path, "rb") as f:
+                head = f.read(1 << 16)
+            if not is_kind(head):
+                raise argparse.ArgumentTypeError(f"{text}: exists and is not {what}; it is not replaced "
+                                                 "(give a new path)")
+        return path
+    parse.__name__ = what
+    return parse
+
+
+def owned_dir(marker: str, *earlier: str) -> Callable[[str], Path]:
+    """An argparse type: a directory for a script's many outputs that may hold nothing of the user's: new, empty,
+    or an earlier run's (it holds ``marker``, or one of ``earlier``: the files runs wrote before the marker).
+    The script calls :func:`claim_dir` before it writes there."""
+    def parse(text: str) -> Path:
+        path = Path(text)
+        if path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text}: exists and is not a directory")
+        if path.is_dir() and any(path.iterdir()) and not any((path / m).exists() for m in (marker, *earlier)):
+            raise argparse.ArgumentTypeError(f"{text}: holds files this script did not write (no {marker}); "
+                                             "give a new or empty directory")
+        return path
+    parse.__name__ = "output directory"
+    return parse
+
+
+def claim_dir(path: Path, marker: str, script: str) -> None:
+    """Create ``path`` and mark it as ``script``'s (see :func:`owned_dir`)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / marker).write_text(f"written by scripts/{script}: a rerun may write here\n", encoding="utf-8")
+
+
+def refuse(message: str) -> NoReturn:
+    """Bad input found after parsing (a file's field, a device that is not there): one line on stderr, exit 2."""
+    import sys
+
+    print(message, file=sys.stderr)
+    raise SystemExit(2)

@@ -106,8 +106,12 @@ def test_synthetic_fallback_gives_the_peer_expressible_groups(tmp_path):
     assert bench.synthetic_examples(3, 2, 1) == bench.synthetic_examples(3, 2, 1)  # seeded
 
 
-@pytest.mark.parametrize("argv, said", [(["--steps", "0"], "--steps=0: must be >= 1"),
-                                        (["--length-bucket-lever", "-1"], "--length-bucket-lever=-1: must be >= 0")])
-def test_bad_arguments_are_one_line_before_any_work(argv, said):
-    with pytest.raises(ValueError, match=said):
+@pytest.mark.parametrize("argv, said", [(["--steps", "0"], "--steps: expected a whole number >= 2"),
+                                        (["--steps", "1"], "--steps: expected a whole number >= 2"),
+                                        (["--negatives", "0"], "--negatives: expected a whole number >= 1"),
+                                        (["--length-bucket-lever", "-1"], "--length-bucket-lever: expected a whole number >= 0")])
+def test_bad_arguments_are_one_line_before_any_work(argv, said, capsys):
+    with pytest.raises(SystemExit) as info:
         script("bench_rerank").main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1 and said in err, err

@@ -66,7 +66,8 @@ def test_weights_outside_fp16_refused(tmp_path):
     ('{\n  "dist": "x",\n  oops\n}', "manifest.json:3: broken JSON"),
     ("[]", "manifest.json: expected a JSON object, got list"),
     ('{"dist": "x", "version": "1", "files": [], "weights": "w"}', "manifest.json: field 'random_weights': missing"),
-    ('{"dist": "x", "version": "1", "files": ["a.py"], "weights": "w", "random_weights": false}', "a.py: No such file"),
+    ('{"dist": "x", "version": "1", "files": ["a.py", "x-1.dist-info/RECORD"], "weights": "w", "random_weights": false}',
+     "a.py: No such file"),
 ])
 def test_restore_of_a_bad_bundle_is_one_line(tmp_path, capsys, manifest, words):
     """restore on something ``pack`` did not write: exit 2, one line naming the file, no wheel written."""

@@ -4,6 +4,7 @@ one false-negative filter, written beside the dataset rather than over it."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -66,22 +67,36 @@ def test_hybrid_miner_takes_the_hybrid_order_less_positives_and_answers(tiny_mod
     assert (stats["weight"], stats["normalize"]) == (0.5, "none")
 
 
-def test_dense_miners_need_a_model_and_nothing_is_written(tiny_data_dir, tmp_path):
+def test_dense_miners_need_a_model_and_nothing_is_written(tiny_data_dir, tmp_path, capsys):
     out = tmp_path / "x.json"
-    with pytest.raises(SystemExit, match="needs --model and --index"):
+
+    class refused:  # one line on stderr, exit 2 (bad input, as the commands do)
+        def __init__(self, match):
+            self.match, self.raises = match, pytest.raises(SystemExit)
+
+        def __enter__(self):
+            self.info = self.raises.__enter__()
+
+        def __exit__(self, *exc):
+            handled = self.raises.__exit__(*exc)
+            err = capsys.readouterr().err
+            assert self.info.value.code == 2 and err.count("\n") == 1 and re.search(self.match, err), err
+            return handled
+
+    with refused("needs --model and --index"):
         script("mine_negatives").main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "hybrid", "--output", str(out)])
-    with pytest.raises(SystemExit, match="no such file"):
+    with refused("no such file"):
         script("mine_negatives").main(["--dataset", str(tiny_data_dir / "tiny"), "--split", "nope", "--miner", "bm25",
                         "--output", str(out)])
     (tmp_path / "w.json").write_text("{}")
-    with pytest.raises(SystemExit, match="no numeric 'weight' field"):
+    with refused("no numeric 'weight' field"):
         script("mine_negatives").main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "hybrid", "--model", "m", "--index", "i",
                         "--weight", str(tmp_path / "w.json"), "--output", str(out)])
     (tmp_path / "w.json").write_text(json.dumps({"weight": 1.0, "normalize": "zscore"}))
-    with pytest.raises(SystemExit, match="field 'normalize' must be one of"):
+    with refused("field 'normalize' must be one of"):
         script("mine_negatives").main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "hybrid", "--model", "m", "--index", "i",
                         "--weight", str(tmp_path / "w.json"), "--output", str(out)])
-    with pytest.raises(SystemExit, match="--depth >= 1"):
+    with refused("--depth: expected a whole number >= 1"):
         script("mine_negatives").main(["--dataset", str(tiny_data_dir / "tiny"), "--miner", "bm25", "--depth", "0",
                         "--output", str(out)])
     assert not out.exists()

@@ -8,9 +8,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -105,6 +107,32 @@ def test_a_file_at_the_target_or_no_target_is_one_line(tmp_path, mirror_dir):
     assert (tmp_path / "f").read_text() == "mine"
     one_line_refusal(run([], mirror_dir), "usage:")
     one_line_refusal(run([str(tmp_path / "b"), "--no-wheels"], tmp_path / "no_mirror"), "dev-v1.1.json not found")
+    one_line_refusal(run([str(tmp_path / "f" / "b"), "--no-wheels"], mirror_dir), "cannot create or write")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_rebuild_leaves_the_old_bundle_whole(tmp_path, mirror_dir, sig):
+    """Killed while it builds the new bundle beside the old one: the old bundle is byte for byte what it was (SIGTERM:
+    the staging directory removed too), and the next run replaces it."""
+    out = tmp_path / "bundle"
+    assert run([str(out), "--random-weights", "--no-wheels"], mirror_dir).returncode == 0
+    before = snapshot(out)
+    proc = subprocess.Popen(["bash", str(SCRIPT), str(out), "--random-weights", "--no-wheels"], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PY": sys.executable, "DPR_DATA_MIRROR": str(mirror_dir)})
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".bundle.building.*/minilm")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "finished before it could be killed"
+    (os.kill if sig == signal.SIGTERM else os.killpg)(proc.pid, sig)  # SIGKILL: the script and its children
+    proc.wait(timeout=60)
+    if sig == signal.SIGKILL:
+        time.sleep(0.5)
+    assert snapshot(out) == before
+    if sig == signal.SIGTERM:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+    assert run([str(out), "--random-weights", "--no-wheels"], mirror_dir).returncode == 0
+    assert json.loads((out / "bundle.json").read_text())["random_weights"]
 
 
 def _wheel(path: Path, files: dict[str, bytes]) -> Path:
@@ -168,3 +196,28 @@ def test_the_size_limit(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("offline_bundle: /final/place: 41") and "over the limit of 40 MiB" in err
     assert "big-1.0-py3-none-any.whl (1.0 MiB)" in err
+
+
+def test_an_unpacked_wheel_installs_with_pip(tmp_path):
+    """A wheel through pack/unpack (members stored, not deflated) is installed by pip --no-index and imports."""
+    import base64
+    import hashlib
+
+    files = {"pkg_x/__init__.py": b"ANSWER = 42\n",
+             "pkg_x-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: pkg-x\nVersion: 1.0\n",
+             "pkg_x-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},"
+                     f"{len(d)}\n" for n, d in files.items()) + "pkg_x-1.0.dist-info/RECORD,,\n"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels / "pkg_x-1.0-py3-none-any.whl", {**files, "pkg_x-1.0.dist-info/RECORD": record.encode()})
+    bundle_wheels.pack(wheels, tmp_path / "wheels.tar.xz")
+    (wheel,) = bundle_wheels.unpack(tmp_path / "wheels.tar.xz", tmp_path / "out")
+    with zipfile.ZipFile(wheel) as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target",
+                           str(tmp_path / "site"), str(wheel)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = subprocess.run([sys.executable, "-c", "import pkg_x; print(pkg_x.ANSWER)"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, timeout=60)
+    assert got.stdout.strip() == "42", got.stderr

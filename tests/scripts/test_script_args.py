@@ -131,3 +131,69 @@ def test_gpu_check_bad_out_or_bundle_is_one_line(tmp_path, case):
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
     assert (tmp_path / "f").read_text() == "mine"
     assert json.loads((tmp_path / "mine" / "facts.json").read_text()) == {"mine": 1}
+
+
+# every script of the same shape: counts with ranges, outputs that are not directories nor a user's other file
+@pytest.mark.parametrize("name, argv, words", [
+    ("bench_encode", ["--repeat", "0"], "argument --repeat: expected a whole number >= 1"),
+    ("bench_encode", ["--json", "{tmp}"], "argument --json: {tmp}: is a directory"),
+    ("bench_gpu", ["--json", "{tmp}/out.json", "--steps", "1"], "argument --steps: expected a whole number >= 2"),
+    ("bench_gpu", ["--json", "{tmp}/notes.txt"], "argument --json: {tmp}/notes.txt: exists and is not JSON"),
+    ("bench_gpu", ["--json", "{tmp}/o.json", "--sample-s", "0"], "argument --sample-s: expected a finite number > 0"),
+    ("bench_index", ["--k", "0"], "argument --k: expected a whole number >= 1"),
+    ("bench_index", ["--qa", "{tmp}"], "argument --qa: {tmp}: is a directory, not a file"),
+    ("bench_malloc", ["--steps", "1"], "argument --steps: expected a whole number >= 2"),
+    ("bench_rerank", ["--steps", "1"], "argument --steps: expected a whole number >= 2"),
+    ("bench_rerank", ["--lr", "nan"], "argument --lr: expected a finite number > 0"),
+    ("bench_train", ["--steps", "1"], "argument --steps: expected a whole number >= 2"),
+    ("bench_train", ["--json", "{tmp}"], "argument --json: {tmp}: is a directory"),
+    ("profile_step", ["--attention-dropout", "1.5"], "argument --attention-dropout: expected a finite number in [0, 1]"),
+    ("profile_step", ["--md", "{tmp}"], "argument --md: {tmp}: is a directory"),
+    ("check_export", ["--qa", "{tmp}/absent", "--passages", "{tmp}/notes.txt"], "argument --qa: {tmp}/absent: no such file"),
+    ("mine_negatives", ["--dataset", "{tmp}", "--miner", "bm25", "--output", "{tmp}/notes.txt"],
+     "argument --output: {tmp}/notes.txt: exists and is not a DPR results JSON"),
+    ("mine_negatives", ["--dataset", "{tmp}", "--miner", "bm25", "--output", "{tmp}"],
+     "argument --output: {tmp}: is a directory"),
+    ("mine_negatives", ["--dataset", "{tmp}", "--miner", "bm25", "--output", "{tmp}/m.json", "--depth", "0"],
+     "argument --depth: expected a whole number >= 1"),
+    ("interpolate_weights", ["--model", "m", "--data-dir", "d", "--out", "{tmp}/notes.txt"],
+     "argument --out: {tmp}/notes.txt: exists and is not JSON"),
+    ("reader_answer_rule", ["--model", "m", "--data-dir", "d", "--results", "r", "--out", "{tmp}"],
+     "argument --out: {tmp}: is a directory"),
+    ("transfer_matrix", ["--out", "{tmp}"], "argument --out: {tmp}: holds files this script did not write"),
+    ("transfer_matrix", ["--out", "{tmp}/notes.txt"], "argument --out: {tmp}/notes.txt: exists and is not a directory"),
+    ("ablate_training", ["--out", "{tmp}"], "argument --out: {tmp}: holds files this script did not write"),
+    ("pca_truncation", ["--json", "{tmp}"], "argument --json: {tmp}: is a directory"),
+    ("bench_gpu", ["--json", "{tmp}/o.json", "--stages", ","], "argument --stages: expected a comma list of at least one"),
+    ("bench_gpu", ["--json", "{tmp}/o.json", "--device", "cpu", "--stages", "train,bogus"], "argument --stages: unknown stage(s) ['bogus']"),
+    ("interpolate_weights", ["--model", "m", "--data-dir", "d", "--out", "{tmp}/o.json", "--alphas", "1,2"],
+     "argument --alphas: expected a finite number in [0, 1], got '2'"),
+    ("reader_answer_rule", ["--model", "m", "--data-dir", "d", "--results", "r", "--out", "{tmp}/o.json", "--ks", ","],
+     "argument --ks: expected a comma list of at least one item"),
+    ("backbone_table", ["lora", "nameonly"], "argument NAME=RUN_DIR: expected NAME=RUN_DIR"),
+    ("backbone_table", ["dims", "a={tmp}", "--dims", "0"], "argument --dims: expected a whole number >= 1"),
+    ("results_tables", ["save", "{tmp}/notes.txt", "../../escape"], "argument name: expected a report name"),
+    ("results_tables", ["save", "{tmp}", "x"], "argument report: {tmp}: is a directory, not a file"),
+    ("results_tables", ["save", "{tmp}/notes.txt", "x"], "{tmp}/notes.txt: not JSON"),
+    ("gpu_check_stages", ["compare", "a.json", "b.json", "{tmp}"], "argument out: {tmp}: is a directory"),
+    ("gpu_check_stages", ["ddp"], "the following arguments are required: out"),
+    ("gpu_check_stages", [], "the following arguments are required: cmd"),
+])
+def test_every_script_refuses_bad_arguments_in_one_line(tmp_path, capsys, name, argv, words):
+    (tmp_path / "notes.txt").write_text("mine")
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    one_line_exit_2(lambda: script(name).main(argv), capsys, words.format(tmp=tmp_path))
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_an_output_directory_is_claimed_and_reused(tmp_path):
+    """owned_dir: new and empty directories are accepted; once claimed, a rerun is accepted with its outputs in it."""
+    check = args_mod.owned_dir(".dpr-x", "result.json")
+    assert check(str(tmp_path / "new")) == tmp_path / "new"
+    args_mod.claim_dir(tmp_path / "new", ".dpr-x", "x.py")
+    (tmp_path / "new" / "result.json").write_text("{}")
+    assert check(str(tmp_path / "new")) == tmp_path / "new"
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "result.json").write_text("{}")  # an earlier run's, before the marker
+    assert check(str(tmp_path / "old")) == tmp_path / "old"
