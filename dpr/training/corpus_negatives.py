@@ -89,15 +89,43 @@ class CorpusNegatives:
         from dpr.models.encode_options import EncodeOptions
         from dpr.models.inference import encode_texts
 
+        rows = self.my_rows()
         was_training = model.training
         model.eval()
         try:
-            log.info("encoding %d corpus passages for corpus negatives (step %d)", len(self.ids), step)
+            log.info("encoding %d of %d corpus passages for corpus negatives (step %d)", len(rows), len(self.ids),
+                     step)
             options = EncodeOptions(batch_size=batch_size, max_length=max_length, autocast=autocast, tokens=tokens)
-            vecs = encode_texts(model, tokenizer, self.texts, "passage", options, titles=self.titles)
+            texts = self.texts if len(rows) == len(self.ids) else [self.texts[i] for i in rows]
+            titles = self.titles if len(rows) == len(self.ids) else [self.titles[i] for i in rows]
+            vecs = encode_texts(model, tokenizer, texts, "passage", options, titles=titles)
         finally:
             model.train(was_training)
-        self.set_vectors(vecs, step)
+        self.set_vectors(self._gather_shards(vecs), step)
+
+    def my_rows(self) -> range:
+        """The rows this process encodes: a sample's (train.corpus_sample) are shared out, row ``i`` to rank
+        ``i mod world size``, then gathered; the whole corpus is encoded by every rank, as always."""
+        from dpr import distributed as dist
+
+        if self.positions is None or not dist.is_distributed():
+            return range(len(self.ids))
+        return range(dist.rank(), len(self.ids), dist.world_size())
+
+    def _gather_shards(self, vecs: torch.Tensor) -> torch.Tensor:
+        """Every rank's share of the vectors (:meth:`my_rows`) back in row order."""
+        from dpr import distributed as dist
+
+        if len(self.my_rows()) == len(self.ids):
+            return vecs
+        world, n = dist.world_size(), len(self.ids)
+        sizes = [len(range(r, n, world)) for r in range(world)]
+        with torch.no_grad():
+            gathered = dist.all_gather_with_grad(vecs.detach().float().to(dist.device()).contiguous(), sizes).cpu()
+        order = torch.cat([torch.arange(r, n, world) for r in range(world)])
+        out = torch.empty_like(gathered)
+        out[order] = gathered
+        return out
 
     def answer_rows(self, answers: Sequence[str]) -> list[int]:
         key = tuple(answers)
