@@ -24,6 +24,7 @@ stays open to other keys.
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
@@ -296,6 +297,29 @@ def _schema_node(schema: type, cfg: DictConfig) -> DictConfig:
     return node
 
 
+def _section_keys(schema: type, path: str) -> list[str] | None:
+    """The keys of the section at ``path`` (dotted) of ``schema``, found through the dataclasses' field types (a
+    section that defaults to null, such as ``model.lora``, has none in the structured config); None where ``path``
+    is not a dataclass section."""
+    node: Any = schema
+    for part in path.split("."):
+        if not (isinstance(node, type) and dataclasses.is_dataclass(node)):
+            return None
+        try:
+            hints = typing.get_type_hints(node)
+        except Exception:  # an annotation that cannot be resolved here: no answer
+            return None
+        if part not in hints:
+            return None
+        node = hints[part]
+        args = [a for a in typing.get_args(node) if a is not type(None)]
+        if typing.get_origin(node) in (Union, types.UnionType) and len(args) == 1:
+            node = args[0]  # Optional[X] / X | None
+    if isinstance(node, type) and dataclasses.is_dataclass(node):
+        return [f.name for f in dataclasses.fields(node)]
+    return None
+
+
 def check_config(cfg: DictConfig, schema: type) -> DictConfig:
     """Raise ValueError (one line) if ``cfg`` has a key the schema lacks, a value of the wrong type or one
     outside its range (`check_config_ranges`); returns the config as the schema types it."""
@@ -310,9 +334,16 @@ def check_config(cfg: DictConfig, schema: type) -> DictConfig:
         key = getattr(err, "full_key", None) or "?"
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         if "not in" in first:
-            parent = OmegaConf.select(OmegaConf.structured(schema), key.rpartition(".")[0]) if "." in key else None
-            known = sorted(parent.keys() if isinstance(parent, DictConfig) else OmegaConf.structured(schema).keys())
+            known = _section_keys(schema, key.rpartition(".")[0]) if "." in key else None
+            if known is None:
+                parent = OmegaConf.select(OmegaConf.structured(schema), key.rpartition(".")[0]) if "." in key else None
+                known = sorted(parent.keys() if isinstance(parent, DictConfig) else OmegaConf.structured(schema).keys())
             raise ValueError(f"config key {key}: unknown; known keys: {', '.join(map(str, known))}") from None
+        section = _section_keys(schema, key) if "is not a subclass of" in first else None
+        if section is not None:  # a scalar where a section goes (model.lora=5)
+            value = first.rpartition("value: ")[2] if "value: " in first else "?"
+            raise ValueError(f"config key {key}: expected a section with keys {', '.join(section)} (or null), got "
+                             f"{value}; e.g. {key}={{{section[0]}: ...}}") from None
         raise ValueError(f"config key {key}: {first}") from None
     check_config_ranges(merged, schema)
     return merged

@@ -56,6 +56,17 @@ def is_decoder_path(path: str | Path) -> bool:
     return is_decoder_config(AutoConfig.from_pretrained(str(path)))
 
 
+def check_attn_implementation(value: str, key: str = "model.attn_implementation") -> None:
+    """Refuse (ValueError, one line) an attention implementation whose package is not installed, before
+    transformers fails deep inside loading with its own advice."""
+    import importlib.util
+
+    needs = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}.get(value)
+    if needs is not None and importlib.util.find_spec(needs) is None:
+        raise ValueError(f"{key}={value} needs the {needs} package (pip install flash-attn, on a CUDA GPU it "
+                         f"supports), which is not installed: use {key}=auto (SDPA) or sdpa")
+
+
 def load_tower(path: str | Path, attn_implementation: str = "auto", dtype: str = "fp32",
                gradient_checkpointing: bool = False) -> nn.Module:
     """The backbone at ``path`` as a model that returns token states (``AutoModel``: a causal LM without its head)."""
@@ -63,6 +74,7 @@ def load_tower(path: str | Path, attn_implementation: str = "auto", dtype: str =
     from transformers import AutoModel
 
     key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    check_attn_implementation(attn_implementation)
     attn = {} if attn_implementation == "auto" else {"attn_implementation": attn_implementation}
     model = AutoModel.from_pretrained(str(path), **attn, **{key: DTYPES[dtype]})
     if gradient_checkpointing:

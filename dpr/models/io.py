@@ -189,6 +189,9 @@ def _load_adapted(path: Path, cfg: BiEncoderConfig) -> tuple[nn.Module, nn.Modul
     tower's saved adapters."""
     recorded = json.loads(model_marker(path).read_text(encoding="utf-8")).get("base_fingerprint")
     found = _fingerprint(cfg.name)
+    if recorded and found is None:  # the base was a local directory when the adapters were trained
+        raise DataError(model_marker(path), f"the LoRA base {cfg.name!r} these adapters were trained on is not "
+                        "there any more (moved or deleted): put it back at that path", field="config.name")
     if recorded and found and recorded != found:
         raise DataError(model_marker(path), f"the adapters were trained on another {cfg.name!r} (base fingerprint "
                         f"{recorded[:12]}, found {found[:12]})", field="base_fingerprint")

@@ -63,6 +63,40 @@ def check_pooling(mode: str, decoder: bool, padding_side: str | None, name: str 
                          "text is padding, so they share one vector; pad on the right, or use pooling=mean")
 
 
+COLLAPSE_SAMPLE = 64  # passages encoded by `check_not_collapsed`
+
+
+def check_not_collapsed(model: torch.nn.Module, tokenizer, examples, where: str) -> None:
+    """Refuse (ValueError, one line) to call a trained model done when its passage vectors cannot tell texts apart:
+    the first positive passage of up to :data:`COLLAPSE_SAMPLE` training ``examples`` (retriever JSON records),
+    encoded; fewer distinct vectors (cosine < 1 - 1e-6 to every earlier one) than a quarter of the distinct texts
+    is a collapse (a pooling the settings check missed, or training that diverged to one point)."""
+    from dpr.models.inference import encode_texts
+
+    texts: list[str] = []
+    for ex in examples:
+        for ctx in (ex.get("positive_ctxs") or [])[:1]:
+            if ctx.get("text", "").strip() and ctx["text"] not in texts:
+                texts.append(ctx["text"])
+        if len(texts) >= COLLAPSE_SAMPLE:
+            break
+    if len(texts) < 4:
+        return
+    device, training = next(model.parameters()).device, model.training
+    model.eval()  # no dropout: the vectors the saved model gives
+    try:
+        vectors = torch.nn.functional.normalize(
+            encode_texts(model, tokenizer, texts, "passage", device=device, autocast="off").float(), dim=-1)
+    finally:
+        model.train(training)
+    sims = (vectors @ vectors.T).tril(diagonal=-1)
+    distinct = int((sims.max(dim=1).values < 1 - 1e-6).sum()) if len(texts) > 1 else 1
+    if distinct < len(texts) // 4:
+        raise ValueError(f"{where}: the trained model gives {distinct} distinct vectors for {len(texts)} different "
+                         "training passages: its vectors cannot tell texts apart (check model.pooling for this "
+                         "backbone, and the learning rate); the run is not marked finished")
+
+
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
     """``[B, L, H]`` token states -> ``[B, H]`` by ``mode`` (one of :data:`POOLING_MODES`)."""
     try:

@@ -68,6 +68,9 @@ def load_adapted(path: Path, encoder_dir: Path, settings: Mapping[str, Any]) -> 
     if not isinstance(base, str) or not base:
         raise DataError(path / CROSS_ENCODER.config_file, "LoRA adapters without the base model they go on", field="base_model")
     recorded, found = settings.get("base_fingerprint"), base_fingerprint(resolve_model_name(base))
+    if recorded and found is None:  # the base was a local directory when the adapters were trained
+        raise DataError(path / CROSS_ENCODER.config_file, f"the LoRA base {base!r} these adapters were trained on is "
+                        "not there any more (moved or deleted): put it back at that path", field="base_model")
     if recorded and found and recorded != found:
         raise DataError(path / CROSS_ENCODER.config_file, f"the adapters were trained on another {base!r} (base fingerprint "
                         f"{recorded[:12]}, found {found[:12]})", field="base_fingerprint")

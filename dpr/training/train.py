@@ -25,6 +25,7 @@ from dpr.losses import build_loss
 from dpr.model_card import write_model_card
 from dpr.models import load_biencoder, save_biencoder
 from dpr.models.backbone import check_trainable_dtype
+from dpr.models.pooling import check_not_collapsed
 from dpr.models.dropout import set_attention_dropout
 from dpr.models.freeze import freeze_bottom_layers
 from dpr.perf.malloc import keep_freed_memory
@@ -222,6 +223,7 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     # the run's data as dpr.run_dir compares it (another train_file= into this finished run is another run)
     info = {"resumed_from": str(resume_dir) if resume_dir else None,
             "data_fingerprints": data_fingerprints(train_file, paths.dev), **dict(extra_summary or {})}
+    check_not_collapsed(model, tokenizer, train_examples, str(out))  # before the run is called done
     summary = _finish(out, model, tokenizer, state, tc, conf, main, precision, world, wall_start, info,
                       resolved=resolved)
     if main and on_saved is not None and trainer.best_vectors is not None and summary["final_weights"] != "last":

@@ -57,3 +57,20 @@ def test_dpr_train_refuses_it_in_one_line_before_any_step(tiny_llama_dir, tiny_d
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert "model.pooling=cls on a decoder-only model" in lines[0]
     assert not (out / "checkpoints").exists() and not (out / "train_summary.json").exists()
+
+
+def test_a_collapsed_model_is_not_called_done(tiny_model_dir, tiny_data_dir, tmp_path, monkeypatch):
+    """Training whose vectors end in one point is refused before its summary is written (here the pooling is made
+    to return one vector for every text, as cls on a decoder did)."""
+    from dpr.models import pooling
+    from dpr.training.train import train
+    from tests.training.test_resume import tiny_cfg
+
+    cfg = tiny_cfg(tiny_model_dir, tiny_data_dir, tmp_path / "run", precision="fp32", max_steps=1, save_every=0)
+    real = pooling._POOLERS["mean"]
+    monkeypatch.setitem(pooling._POOLERS, "mean", lambda h, m: real(h, m)[:1].expand(h.shape[0], -1))
+    with pytest.raises(ValueError, match=r"gives 1 distinct vectors for \d+ different training passages"):
+        train(cfg)
+    assert not (tmp_path / "run" / "train_summary.json").exists()
+    monkeypatch.setitem(pooling._POOLERS, "mean", real)
+    assert train(cfg)["steps"] == 1

@@ -1,0 +1,68 @@
+"""Clear one-line messages for model settings: an unknown ``model.lora`` key lists LoRA's keys (not the top-level
+ones), ``model.lora=5`` says a section goes there, a LoRA run whose base was moved names the base (not Hugging
+Face's "Repo id must be in the form ..."), and ``flash_attention_2`` without its package says so (not "unexpected
+error", exit 1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpr.errors import DataError
+
+BIN = Path(sys.executable).parent
+
+
+def _train(tmp_path: Path, model: Path, *args: str) -> str:
+    proc = subprocess.run([str(BIN / "dpr-train"), "data=squad1_open", f"data_dir={tmp_path / 'd'}",
+                           f"output_dir={tmp_path / 'o'}", "model=tiny", f"model.name={model}", *args],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "WANDB_MODE": "disabled"})
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-train")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("arg", ["model.lora={r: 4, bogus: 1}", "+model.lora.bogus=1"])
+def test_an_unknown_lora_key_lists_loras_keys(tmp_path, tiny_model_dir, arg):
+    line = _train(tmp_path, tiny_model_dir, arg)
+    assert "config key model.lora.bogus: unknown; known keys: r, alpha, dropout, target_modules" in line
+
+
+def test_a_number_for_lora_says_a_section_goes_there(tmp_path, tiny_model_dir):
+    line = _train(tmp_path, tiny_model_dir, "model.lora=5")
+    assert "config key model.lora: expected a section with keys r, alpha, dropout, target_modules (or null), got 5" \
+        in line and "subclass" not in line
+
+
+def test_a_moved_lora_base_is_named(tmp_path, tiny_llama_dir):
+    from dpr.models import BiEncoderConfig, build_biencoder, load_biencoder, save_biencoder
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_llama_dir, base)
+    model, tok = build_biencoder(BiEncoderConfig(name=str(base), pooling="last", shared=True,
+                                                 lora={"r": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["q_proj"]}))
+    save_biencoder(model, tok, tmp_path / "run")
+    base.rename(tmp_path / "moved")
+    with pytest.raises(DataError, match=rf"the LoRA base '{base}' these adapters were trained on is not there any "
+                                        r"more \(moved or deleted\)") as err:
+        load_biencoder(tmp_path / "run")
+    assert "Repo id" not in str(err.value) and "\n" not in str(err.value)
+    assert json.loads((tmp_path / "run" / "biencoder.json").read_text())["base_fingerprint"]
+
+
+def test_flash_attention_without_its_package(tmp_path, tiny_model_dir):
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("flash-attn is installed here")
+    from dpr.models.backbone import load_tower
+
+    with pytest.raises(ValueError, match="model.attn_implementation=flash_attention_2 needs the flash_attn package"):
+        load_tower(tiny_model_dir, "flash_attention_2")
