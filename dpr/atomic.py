@@ -67,14 +67,15 @@ def _is_real_dir(path: Path) -> bool:
     return os.path.isdir(path) and not os.path.islink(path)
 
 
-def check_replaceable(path: str | Path, directory: bool, owned: Callable[[Path], bool] | None = None,
+def check_replaceable(path: str | Path, directory: bool, owned: Callable[[Path], bool | str] | None = None,
                       same_kind: Callable[[Path], str | None] | None = None) -> None:
     """Raise :class:`OutputConflictError` unless a ``directory`` (else a file) output may be written at ``path``.
 
     A file output: nothing there, a symlink, or a file ``same_kind`` passes (it returns None for a file of the
     kind the command writes, else what the file looks like: `dpr.output_kinds.foreign`; without it, any file).
     A directory output: nothing there, a symlink, an empty directory, or a directory ``owned`` recognises (this
-    command's marker or manifest is in it)."""
+    command's marker or manifest is in it; ``owned`` may return a string instead of False: why not, for the
+    refusal)."""
     path = Path(path)
     if not os.path.lexists(path) or os.path.islink(path):
         return
@@ -87,7 +88,10 @@ def check_replaceable(path: str | Path, directory: bool, owned: Callable[[Path],
         return
     if not _is_real_dir(path):
         raise OutputConflictError(path, "is a file, and this command writes a directory there")
-    if owned is not None and any(path.iterdir()) and not owned(path):
+    verdict = owned(path) if owned is not None and any(path.iterdir()) else True
+    if isinstance(verdict, str):  # the writer's own reason (its marker is there, but names another output)
+        raise OutputConflictError(path, f"is a directory this command did not write: {verdict}")
+    if not verdict:
         raise OutputConflictError(path, "is a directory this command did not write (no marker of its output "
                                   "in it)")
 

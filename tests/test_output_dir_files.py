@@ -122,3 +122,22 @@ def test_dpr_pipeline_refuses_a_user_results_file_under_bm25(tmp_path, tiny_mode
     _one_line(proc, f"{d / 'bm25' / 'test.json'}: looks like a DPR training file, not a DPR results JSON")
     assert (d / "bm25" / "test.json").read_text() == user
     assert not (d / "stages").exists()
+
+
+def test_another_models_export_is_refused_naming_its_source(tmp_path):
+    """The refusal says whose export stands there (before: "no marker of its output" beside its dpr_export.json)."""
+    from dpr.atomic import check_replaceable
+    from dpr.export.marker import MARKER, owned_by
+
+    other = tmp_path / "export"
+    other.mkdir()
+    (other / MARKER).write_text(json.dumps({"exported_by": "dpr-export", "source": str(tmp_path / "run_a")}))
+    with pytest.raises(OutputConflictError, match=rf"is a directory this command did not write: an export of another "
+                                                  rf"model \({tmp_path / 'run_a'}, as its {MARKER} says\), not of "
+                                                  rf"{tmp_path / 'run_b'}"):
+        check_replaceable(other, directory=True, owned=owned_by(tmp_path / "run_b"))
+    check_replaceable(other, directory=True, owned=owned_by(tmp_path / "run_a"))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    with pytest.raises(OutputConflictError, match=r"did not write \(no marker of its output in it\)"):
+        check_replaceable(tmp_path / "mine", directory=True, owned=owned_by(tmp_path / "run_b"))
