@@ -9,6 +9,7 @@ the data mirror into a temporary folder if it is not there); the queries are its
 dev and test). All three libraries see the same token streams: bm25s' tokenizer (lower-cased word
 runs, English stopwords, Snowball stemming), k1=0.9, b=0.4. Targets: the project within 10% of raw
 bm25s (index and search), and at least 50x faster per query than rank_bm25.
+Costs at growing corpus sizes (sharded build, posting-list search, threads): scripts/bench_bm25_scale.py.
 """
 
 from __future__ import annotations
