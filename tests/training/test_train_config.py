@@ -13,6 +13,8 @@ from dpr.training.config import TrainConfig, register_schema
 
 
 def _compose(*overrides: str):
+    import dpr.cli.train  # noqa: F401  registers the groups conf/train.yaml composes (bm25_cfg)
+
     register_schema()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose(config_name="train", overrides=list(overrides))
@@ -20,6 +22,8 @@ def _compose(*overrides: str):
 
 @pytest.mark.parametrize("config_name", ["train", "pipeline"])
 def test_yaml_and_dataclass_cannot_disagree(config_name):
+    import dpr.cli.train  # noqa: F401  registers the groups conf/train.yaml composes (bm25_cfg)
+
     register_schema()
     if config_name == "pipeline":
         import dpr.cli.pipeline  # noqa: F401  registers every group the pipeline composes (bm25_cfg, eval_cfg, ...)
