@@ -40,7 +40,8 @@ def touched_scores(postings: dict[str, Any], terms: Sequence[int], acc: np.ndarr
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     parts = []
     for lo, hi in spans:
-        rows = indices[lo:hi]
+        # indices as intp once: numpy would convert the int32 rows at every fancy-indexed read and write
+        rows = indices[lo:hi].astype(np.intp)
         seen = acc[rows]
         # weights are > 0 (idf > 0, tf > 0): a zero cell is a passage no earlier term touched
         parts.append(rows[seen == 0.0])
@@ -57,7 +58,7 @@ def shard_top(postings: dict[str, Any], start: int, terms: Sequence[int], k: int
     """The query's best ``k`` scoring (> 0) passages of one shard: global rows and scores, best first."""
     rows, scores = touched_scores(postings, terms, acc)
     order = top_order(scores, rows, k)
-    return rows[order].astype(np.int64) + start, scores[order]
+    return rows[order] + start, scores[order]
 
 
 def merge_top(parts: list[tuple[np.ndarray, np.ndarray]], k: int, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
