@@ -356,23 +356,8 @@ def run_pipeline(cfg: DictConfig) -> dict:
         first = {"bm25": {"dev": bm25_dev, "test": bm25_test}, "dense": systems["dense"], "hybrid": {"test": hybrid_test}}
         rerank_runs, rerank_notes = rerank_stages(cfg, ds, out, stages, teacher, first, tuning_file)
         runs.update(rerank_runs)
-    tuning = json.loads(tuning_file.read_text())
-    notes = {
-        "dataset": cfg.data.name,
-        "hybrid": f"linear fusion dense + w*bm25, w={tuning['weight']} tuned on {split_dev} "
-                  f"({tuning['grid'][0]['metric']}, normalize={tuning['normalize']}); hybrid_rrf: reciprocal rank fusion k={cfg.hybrid.k_rrf}",
-        "model": cfg.model.name,
-        "stage_seconds": {k: round(v, 1) for k, v in stages.timings.items()},
-    }
-    if teacher is not None:
-        notes.update(teacher=teacher.notes, rerank=rerank_notes)
-    summary_file = model_dir / "train_summary.json"
-    if summary_file.is_file():
-        summary = json.loads(summary_file.read_text())
-        notes["dev_validation"] = {"untrained": summary.get("initial_validation"),
-                                   "trained": {k[4:]: v for k, v in summary.get("final_metrics", {}).items()
-                                               if k.startswith("val_")},
-                                   "kept": summary.get("final_weights")}
+    notes = _report_notes(cfg, stages, json.loads(tuning_file.read_text()), split_dev, model_dir,
+                          {"teacher": teacher.notes, "rerank": rerank_notes} if teacher is not None else {})
     eval_dir = out / "eval"
     if qrels_data:
         report = evaluate_qrels(runs, ds.qrels(split_eval), eval_dir, notes=notes)
@@ -384,6 +369,29 @@ def run_pipeline(cfg: DictConfig) -> dict:
     write_model_card(model_dir, report=eval_dir / "report.json")  # the trained model's card, with the report
     log.info("report: %s", eval_dir / "report.md")
     return _finish(out, stages, start, report)
+
+
+def _report_notes(cfg: DictConfig, stages: StageRunner, tuning: dict, split_dev: str, model_dir: Path,
+                  extra: dict) -> dict:
+    """The report's notes: the dataset, the hybrid's tuned weight, the model, each stage's seconds, ``extra`` (the
+    teacher's) and, where the trainer wrote its summary, the dev validation of the untrained and the trained
+    model."""
+    notes = {
+        "dataset": cfg.data.name,
+        "hybrid": f"linear fusion dense + w*bm25, w={tuning['weight']} tuned on {split_dev} "
+                  f"({tuning['grid'][0]['metric']}, normalize={tuning['normalize']}); hybrid_rrf: reciprocal rank fusion k={cfg.hybrid.k_rrf}",
+        "model": cfg.model.name,
+        "stage_seconds": {k: round(v, 1) for k, v in stages.timings.items()},
+        **extra,
+    }
+    summary_file = model_dir / "train_summary.json"
+    if summary_file.is_file():
+        summary = json.loads(summary_file.read_text())
+        notes["dev_validation"] = {"untrained": summary.get("initial_validation"),
+                                   "trained": {k[4:]: v for k, v in summary.get("final_metrics", {}).items()
+                                               if k.startswith("val_")},
+                                   "kept": summary.get("final_weights")}
+    return notes
 
 
 def _finish(out: Path, stages: StageRunner, start: float, result: dict) -> dict:
