@@ -14,7 +14,8 @@ Python and NumPy RNGs, the environment, the working directory, ``sys.argv``, sig
 During the call, warnings and what is logged before the command configures logging reach its stderr, as in a new
 process. An exception that escapes ``main`` is what Python prints for an uncaught one: a traceback, exit status 1.
 What a process would print once at import (a library's import-time warning) is printed only by the first call that
-imports it.
+imports it. Hydra's config store keeps the schemas of every command imported in this process, so Hydra's ``--help``
+(which lists every config group in the store) lists other commands' groups too: ``--help`` tests start a process.
 
 Where the process itself is the point (kill -9, locks, Ctrl-C, torchrun, a wheel's installed scripts, the
 README's commands) tests start real processes instead.

@@ -1,7 +1,7 @@
 """Hydra's own flags (--cfg job, --info, --help, -m) work with overrides, in any order, on every command.
 
 Each console script's entry point runs in-process (tests/run_command.py: ``sys.argv`` set, ``SystemExit`` caught,
-output captured); ``--cfg`` / ``--info`` / ``--help`` print and do no work.
+output captured), ``--help`` as a real process; ``--cfg`` / ``--info`` / ``--help`` print and do no work.
 Before dpr/cli/argv.py, ``dpr-train loss=hinge --cfg job`` failed with "unrecognized arguments:
 hydra.output_subdir=.hydra.pending" (the command appended its own override after Hydra's flags), and an
 override after a flag failed on every command (argparse reads the overrides as one positional run).
@@ -9,6 +9,7 @@ override after a flag failed on every command (argparse reads the overrides as o
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -17,10 +18,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dpr.cli.argv import hydra_argv, shows_only, split_argv
-from tests.run_command import run_command
+from tests.run_command import BIN, run_command
 
 
 def _run(command: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    if "--help" in args:
+        # a real process: Hydra's --help lists every config group the process has registered (a worker that ran
+        # other commands holds theirs too), deep-copying the whole store once per group; --help imports no torch
+        env = dict(os.environ, WANDB_MODE="disabled")
+        env.pop("RANK", None)
+        return subprocess.run([str(BIN / command), *args], env=env, capture_output=True, text=True, timeout=120,
+                              cwd=cwd)
     return run_command([command, *args], cwd=cwd)  # the console script's main, in-process
 
 
