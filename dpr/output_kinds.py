@@ -153,7 +153,6 @@ INSIDE: dict[str, tuple[Callable[[bytes], bool], str]] = {
     "validation.jsonl": (metrics_rows, "a validation metrics log"),
     "train_summary.json": (run_summary, "a training summary"),
     "timings.json": (json_object_with("seconds"), "a pipeline timings JSON"),
-    "biencoder.json": (json_object_with("format", "config"), "a bi-encoder marker"),
 }
 
 

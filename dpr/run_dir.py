@@ -52,7 +52,7 @@ PENDING_HYDRA = ".hydra.pending"
 LOCK_FILE = ".dpr-run.lock"
 
 
-_TRAINER_FILES = ("README.md", "metrics.jsonl", "validation.jsonl", "train_summary.json", "biencoder.json")
+_TRAINER_FILES = ("README.md", "metrics.jsonl", "validation.jsonl", "train_summary.json")
 _PIPELINE_FILES = {"timings.json": None, **{f"model/{n}": None for n in _TRAINER_FILES},
                    **{f"{system}/{split}.{ext}": kind for system in ("bm25", "dense", "hybrid", "rerank")
                       for split in ("test", "dev") for ext, kind in (("json", "dpr_results"), ("trec", "trec_run"))}}

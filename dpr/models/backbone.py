@@ -96,6 +96,10 @@ def load_tokenizer(path: str | Path, pooling: str = "mean", padding_side: str = 
         tok.padding_side = side
     if tok.pad_token is None and tok.eos_token is not None:
         tok.pad_token = tok.eos_token  # LLM tokenizers have none; the attention mask hides it anyway
+    if tok.pad_token is None:  # no batch of texts of different lengths could be built (training pads too)
+        raise ValueError(f"{path}: the tokenizer has neither a padding nor an EOS token, so texts of different "
+                         "lengths cannot be batched: give it one (tokenizer.add_special_tokens({'pad_token': ...}), "
+                         "then save it there)")
     if pooling == "eos":
         from dpr.models.eos_tokenizer import EosTokenizer
 

@@ -66,3 +66,28 @@ def test_flash_attention_without_its_package(tmp_path, tiny_model_dir):
 
     with pytest.raises(ValueError, match="model.attn_implementation=flash_attention_2 needs the flash_attn package"):
         load_tower(tiny_model_dir, "flash_attention_2")
+
+
+def test_a_tokenizer_without_pad_or_eos_is_refused_before_training(tmp_path, tiny_llama_dir, tiny_data_dir):
+    """Before, such a model trained (exit 0) and then failed at encode and export with transformers' advice."""
+    from transformers import AutoTokenizer
+
+    from dpr.models.backbone import load_tokenizer
+
+    model = tmp_path / "no_pad"
+    shutil.copytree(tiny_llama_dir, model)
+    tok = AutoTokenizer.from_pretrained(str(model))
+    tok.pad_token, tok.eos_token = None, None
+    tok.save_pretrained(str(model))
+    if AutoTokenizer.from_pretrained(str(model)).eos_token is not None:
+        pytest.skip("this transformers restores the EOS token from the model's files")
+    with pytest.raises(ValueError, match="the tokenizer has neither a padding nor an EOS token"):
+        load_tokenizer(model, "last")
+    from dpr.training.train import train
+    from tests.training.test_resume import tiny_cfg
+
+    cfg = tiny_cfg(model, tiny_data_dir, tmp_path / "run", precision="fp32", max_steps=1, save_every=0)
+    cfg["model"]["pooling"] = "last"
+    with pytest.raises(ValueError, match="the tokenizer has neither a padding nor an EOS token"):
+        train(cfg)
+    assert not (tmp_path / "run" / "train_summary.json").exists()
