@@ -121,6 +121,20 @@ class Retriever:
         return [[Hit(pid, score, psg[pid]["title"], psg[pid]["text"]) for pid, score in row] for row in ranked]
 
 
+def _check_model_exists(model: str | Path) -> None:
+    """A model given as a path must exist (FileNotFoundError, one line); a hub name (``name``, ``org/name``) is left
+    to the loader. The rule of the commands' model keys (`dpr.cli.common.check_model_path`)."""
+    import os
+
+    from dpr.models.hub import resolve_model_name
+
+    value = str(model)
+    if Path(os.path.expanduser(resolve_model_name(value))).exists():
+        return
+    if value.startswith((".", "/", "~")) or value.count("/") > 1 or (os.sep != "/" and os.sep in value):
+        raise FileNotFoundError(f"model not found: {value} (no such directory)")
+
+
 def _check_k(k: int, name: str = "k") -> int:
     return check_int(name, k, 1, MAX_K)
 
@@ -185,6 +199,7 @@ class DenseRetriever(Retriever):
         device = check_device(device)  # the one device rule's key, checked before anything is loaded
         self.weights = resolve_weights(weights, device, autocast)  # before anything is loaded
         self.index_path, self.run_dir = Path(index), run_dir
+        _check_model_exists(run_dir)  # a missing path is "not found", not "an index of another model"
         # an index from another model or passages file is refused before anything is loaded or encoded
         check_index_matches(self.index_path, run_dir, passages if isinstance(passages, (str, Path)) else None)
         self.index, self.ids = load_index(self.index_path, device=index_device, nprobe=nprobe, ef_search=ef_search)

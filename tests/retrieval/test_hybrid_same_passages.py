@@ -32,3 +32,17 @@ def test_other_passages_are_refused(tmp_path):
     fewer = Retriever.bm25(_tsv(tmp_path / "fewer.tsv", ROWS[:2]))
     with pytest.raises(ValueError, match="1 only in BM25, 0 only in dense; e.g. 'c' only in the BM25 index"):
         Retriever.hybrid(one, fewer, fusion="rrf")
+
+
+def test_a_missing_dense_model_is_not_found(tmp_path):
+    """Before: "index built by another model ... re-encode" for a model path that does not exist."""
+    import faiss
+    import numpy as np
+
+    from dpr.index import save_index
+
+    index = faiss.IndexFlatIP(4)
+    index.add(np.eye(4, dtype=np.float32))
+    save_index(index, ["a", "b", "c", "d"], tmp_path / "i.faiss", {"model_fingerprint": "0" * 64})
+    with pytest.raises(FileNotFoundError, match=rf"model not found: {tmp_path / 'gone' / 'model'} \(no such directory\)"):
+        Retriever.dense(tmp_path / "gone" / "model", tmp_path / "i.faiss")
