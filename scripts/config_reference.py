@@ -72,11 +72,12 @@ def field_docs(cls: type) -> dict[str, str]:
             continue
         parts: list[str] = []
         if number in comments and comments[number][0] > 4:
-            column = comments[number][0]
             parts.append(comments[number][1])
             following = number + 1
+            # comment lines right below, indented past the fields, continue it (a block comment at the fields'
+            # indent belongs to the next field)
             while following in comments and lines[following - 1].strip().startswith("#") \
-                    and comments[following][0] >= column - 1 and comments[following][0] > 4:
+                    and comments[following][0] > 4:
                 parts.append(comments[following][1])
                 following += 1
         else:

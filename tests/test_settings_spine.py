@@ -15,9 +15,10 @@ from dpr.models.lora import LoraSettings
 from dpr.negatives.config import RemineConfig
 from dpr.rerank.config import RerankConfig, RerankScoreConfig, RerankTrainConfig
 from dpr.rerank.stage_config import TeacherStageConfig
+from dpr.training.config import TrainConfig
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dpr"
-DECLARED = [BiEncoderConfig, LoraSettings, RemineConfig, RerankConfig, RerankTrainConfig, RerankScoreConfig,
+DECLARED = [TrainConfig, BiEncoderConfig, LoraSettings, RemineConfig, RerankConfig, RerankTrainConfig, RerankScoreConfig,
             TeacherStageConfig]
 
 

@@ -11,10 +11,10 @@ Defaults are sized for the pipeline: squad1_open (7,983 training questions) with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
-from dpr.config import Int, Range, Real, check_ranges, strict_from_dict
+from dpr.config import Int, Real, check_fields, setting, strict_from_dict
 from dpr.training.dev_metrics import find_metric, metric_names
 from dpr.trainkit.optim import OPTIMIZER_IMPLS  # AdamW's implementations (train.optimizer_impl)
 
@@ -27,11 +27,12 @@ class TrainConfig:
     """What one training run does. Unknown keys are an error (a typo must not silently train with defaults)."""
 
     # --- batches: batch_size x world size questions per step = the in-batch pool (x (1 + H) passages)
-    batch_size: int = 32                 # questions per device per micro-batch
-    hard_negatives: int = 1              # H: BM25/mined negatives per question besides the in-batch ones
-    epochs: int = 1
-    max_steps: int = 100                 # > 0 overrides epochs (0: train.epochs full passes)
-    shuffle: bool = True
+    batch_size: int = setting(32, Int(1))  # questions per device per micro-batch
+    hard_negatives: int = setting(1, Int(0))  # H: BM25/mined negatives per question besides the in-batch ones
+    epochs: int = setting(1, Int(0, note="0: train.max_steps decides"))  # full passes over the training questions
+    # > 0 overrides epochs (0: train.epochs full passes)
+    max_steps: int = setting(100, Int(0, note="0: train.epochs full passes"))
+    shuffle: bool = True  # a seeded permutation of the questions per epoch (false: file order)
     shuffle_positives: bool = False      # False: each question's first positive (DPR); True: one drawn per epoch
     shuffle_hard_negatives: bool = True  # DPR shuffles the negatives per epoch, then takes the first H
     other_negatives: bool | None = None  # a question's negative_ctxs join its hard-negative draw after its
@@ -44,32 +45,43 @@ class TrainConfig:
     multi_positive: Any = "auto"         # every judged-relevant passage in the pool is a positive (auto: qrels data)
     mask_answers: bool = True            # QA: passages containing the question's answer are not its negatives
     # --- corpus negatives / frozen index (dpr/training/corpus_negatives.py)
-    frozen_steps: int = 0                # the first N steps train the question tower only, against the cached corpus
+    # the first N steps train the question tower only, against the cached corpus
+    frozen_steps: int = setting(0, Int(0, note="0: none"))
     corpus_negatives: bool = False       # two-tower steps also score every question against the cached corpus
-    corpus_refresh_every: int = 0        # re-encode the cached corpus every N steps (0: at start and at validations)
-    corpus_max_passages: int = 200_000   # whole corpus as candidates up to this size, else FAISS top-k
-    corpus_topk: int = 200
-    corpus_sample: int | None = None     # > 0: the frozen-index phase and corpus negatives use a seeded sample of
-                                         # this many passages (always with every passage the training questions
-                                         # name), not the whole corpus: their memory and time no longer grow with
-                                         # it (null: the whole corpus up to 500,000 passages, a sample of 500,000
-                                         # above: dpr/training/corpus_sample.py)
+    # re-encode the cached corpus every N steps (0: at start and at validations)
+    corpus_refresh_every: int = setting(0, Int(0, note="0: at start and at validations"))
+    # whole corpus as candidates up to this size, else FAISS top-k
+    corpus_max_passages: int = setting(200_000, Int(0, note="0: always FAISS top-k candidates"))
+    corpus_topk: int = setting(200, Int(1))  # FAISS candidates per question above corpus_max_passages
+    # > 0: the frozen-index phase and corpus negatives use a seeded sample of
+    # this many passages (always with every passage the training questions
+    # name), not the whole corpus: their memory and time no longer grow with
+    # it (null: the whole corpus up to 500,000 passages, a sample of 500,000
+    # above: dpr/training/corpus_sample.py)
+    corpus_sample: int | None = setting(
+        None, Int(1, optional=True, note="null: the whole corpus up to 500,000 passages"))
     # --- partial fine-tuning (dpr/models/freeze.py)
-    passage_frozen_layers: int = 0       # the passage tower's embeddings + first N layers get no gradient
-                                         # (separate towers): its backward stops at layer N, a cheaper step
+    # the passage tower's embeddings + first N layers get no gradient
+    # (separate towers): its backward stops at layer N, a cheaper step
+    passage_frozen_layers: int = setting(0, Int(0, note="0: none frozen"))
     # --- optimisation
-    lr: float = 2.0e-5
-    weight_decay: float = 0.01
-    adam_betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
-    adam_eps: float = 1.0e-8
-    warmup_steps: int = 0                # > 0 wins over warmup_ratio
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 2.0           # DPR's clipping; <= 0: off
+    # reals beyond these bounds are no learning rate: AdamW diverges at once, or torch cannot even apply them
+    # in fp32 ("value cannot be converted to type float without overflow" at lr 1e300)
+    lr: float = setting(2.0e-5, Real(0, 1, lo_open=True))  # AdamW's peak learning rate (linear warm-up and decay)
+    # AdamW multiplies the weights by (1 - lr x weight_decay)
+    weight_decay: float = setting(0.01, Real(0, 1))
+    # beta = 1: Adam's bias correction divides by 0
+    adam_betas: List[float] = setting(rule=Real(0, 1, hi_open=True, count=(2, 2)), factory=lambda: [0.9, 0.999])
+    adam_eps: float = setting(1.0e-8, Real(0, 1, lo_open=True))  # AdamW's epsilon
+    warmup_steps: int = setting(0, Int(0, note="0: train.warmup_ratio decides"))  # > 0 wins over warmup_ratio
+    warmup_ratio: float = setting(0.1, Real(0, 1))  # share of the steps warming up (when warmup_steps is 0)
+    max_grad_norm: float = setting(2.0, Real(note="<= 0: no clipping"))  # DPR's clipping; <= 0: off
     optimizer_impl: str = "auto"         # AdamW's kernels: auto (fused on CUDA, foreach elsewhere) | plain |
                                          # foreach | fused (same update; rounding differs; a run may resume under
                                          # another one)
-    grad_accumulation_steps: int = 1     # averages gradients over micro-batches; adds NO negatives
-    grad_cache_chunk_size: int = 0       # > 0: gradient cache: the same batch and gradients in chunks
+    grad_accumulation_steps: int = setting(1, Int(1))  # averages gradients over micro-batches; adds NO negatives
+    # > 0: gradient cache: the same batch and gradients in chunks
+    grad_cache_chunk_size: int = setting(0, Int(0, note="0: off"))
     length_bucket_size: Any = "auto"     # > 0: two-tower steps encode length-sorted buckets of N texts, each padded
                                          # only to its own longest (same vectors, ~0.63x the tokens on squad1_open);
                                          # 0: one padded forward per tower; auto: the device's (bucket_size_for)
@@ -77,13 +89,15 @@ class TrainConfig:
                                          # the step (dpr/training/loader.py; the same batches); false: inline
     token_cache: bool | None = None      # null/true: the training file tokenised once, cached beside it
                                          # (dpr/models/token_cache.py; the same token ids); false: per batch
-    attention_dropout: float | None = None  # attention-probability dropout of both towers while training (null: the
-                                         # model's own; 0: no masks, SDPA's fused kernel); the saved config keeps the
-                                         # model's (dpr/models/dropout.py)
+    # attention-probability dropout of both towers while training (null: the
+    # model's own; 0: no masks, SDPA's fused kernel); the saved config keeps the
+    # model's (dpr/models/dropout.py)
+    attention_dropout: float | None = setting(
+        None, Real(0, 1, hi_open=True, optional=True, note="null: the model's own"))
     # Matryoshka (dpr/losses/matryoshka.py): the loss summed over these prefix sizes of the vectors (e.g. [384, 192,
     # 96, 48]; null: off), each weighted by matryoshka_weights (null: 1 each)
     matryoshka_dims: Optional[List[int]] = None
-    matryoshka_weights: Optional[List[float]] = None
+    matryoshka_weights: Optional[List[float]] = None  # one weight per matryoshka_dims size (null: 1 each)
     matryoshka_distill: Optional[float] = None  # > 0: + this weight x KL of each smaller prefix's softmax over the
                                          # pool to the largest size's (self-distillation; null: off)
     projection_init: Optional[str] = None  # pca: the projection (model.projection_dim) starts as the training
@@ -91,39 +105,44 @@ class TrainConfig:
                                          # size: same scores, ordered coordinates; dpr/training/projection_init.py)
     precision: str = "auto"              # auto | fp32 | bf16 | fp16 (fp16: CUDA only, with loss scaling)
     deterministic: bool = False          # torch deterministic kernels on GPU (CPU runs are deterministic already)
-    cpu_threads: int = 0                 # > 0: torch threads for the run (0: torch's default)
+    # > 0: torch threads for the run (0: torch's default)
+    cpu_threads: int = setting(0, Int(0, 4096, note="0: torch's default"))
     # --- logging, checkpoints
-    log_every: int = 1
-    print_every: int = 50
-    save_every: int = 50                 # checkpoint every N steps and at the end (0: none; a killed run restarts)
-    keep_checkpoints: int = 1            # each MiniLM checkpoint is ~270 MB (weights + AdamW moments)
+    log_every: int = setting(1, Int(1))  # a metrics.jsonl row every N steps (and the last)
+    print_every: int = setting(50, Int(1))  # a progress line in the log every N steps
+    # checkpoint every N steps and at the end (0: none; a killed run restarts)
+    save_every: int = setting(50, Int(0, note="0: no checkpoints"))
+    # each MiniLM checkpoint is ~270 MB (weights + AdamW moments)
+    keep_checkpoints: int = setting(1, Int(0, note="0: keep all"))
     resume: Any = "auto"                 # auto | true | false | <checkpoint dir>
     # --- validation on dev (dpr/training/validation.py)
-    validate: bool = True
+    validate: bool = True  # validate on dev (false: no dev figures, the last weights kept)
     validate_at_start: bool = False      # also validate the starting weights (step 0; they compete for best)
-    eval_every: int = 0                  # > 0: validate every N steps too (always: each epoch end and the last step)
-    val_batch_size: int = 64
-    val_max_questions: int = 0           # dev questions used (0: all)
-    val_hard_negatives: int = 30         # per dev question in DPR's average-rank pool
+    # > 0: validate every N steps too (always: each epoch end and the last step)
+    eval_every: int = setting(0, Int(0, note="0: epoch ends and the last step only"))
+    val_batch_size: int = setting(64, Int(1))  # texts per forward when validating
+    val_max_questions: int = setting(0, Int(0, note="0: all"))  # dev questions used (0: all)
+    val_hard_negatives: int = setting(30, Int(0))  # per dev question in DPR's average-rank pool
     val_corpus_topk: bool = True         # top-k accuracy against the whole corpus
-    val_topk: List[int] = field(default_factory=lambda: [1, 5, 20])
-    val_corpus_max_passages: int = 500_000
+    val_topk: List[int] = setting(rule=Int(1, count=(1, None)), factory=lambda: [1, 5, 20])  # dev top-k reported
+    val_corpus_max_passages: int = setting(500_000, Int(0, note="0: no limit"))  # corpus read for dev top-k
     best_metric: str = "auto"            # picks the saved weights (a registered dev metric, which says whether
                                          # lower is better: dpr/training/dev_metrics.py);
                                          # auto: ndcg@10 on qrels data, avg_rank on QA data
     # --- teacher scores (dpr/training/teacher_scores.py: e.g. a cross-encoder's, for loss=kl_distill|margin_mse)
     teacher_scores: str = ""             # the scores file ("": <data_dir>/<name>/teacher_scores.jsonl where needed)
     teacher_denoise: bool = False        # drop hard negatives the teacher scores above (positive - margin)
-    teacher_denoise_margin: float = 0.0  # in teacher-score units, >= 0 (dpr/training/denoise.py)
+    # in teacher-score units, >= 0 (dpr/training/denoise.py)
+    teacher_denoise_margin: float = setting(0.0, Real(0, note="0: drop negatives scored above the positive"))
     teacher_scored_negatives: bool = True  # a loss that learns from the scores file draws hard negatives among the
                                          # passages the teacher scored (an unscored one adds nothing to KL/Margin-MSE)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
-        """Build and check: every numeric key against :data:`TRAIN_RANGES` (type, finiteness, range), then
+        """Build and check: every numeric key against the rules its fields declare (type, finiteness, range), then
         the choices and the keys that constrain each other. One line naming the first bad key."""
         tc = strict_from_dict(cls, d, "train")
-        check_ranges(tc, TRAIN_RANGES, "train")
+        check_fields(tc, "train")
         if tc.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise ValueError(f"train.precision must be auto, fp32, bf16 or fp16; got {tc.precision!r}")
         if tc.optimizer_impl not in OPTIMIZER_IMPLS:
@@ -188,44 +207,6 @@ class TrainConfig:
         return "ndcg@10" if kind == "qrels" and self.val_corpus_topk else "avg_rank"
 
 
-# The allowed range of every numeric key (tests/training/test_train_config.py checks none is missing). Zero is
-# either refused or means what the note says; every real must be finite.
-TRAIN_RANGES: dict[str, Range] = {
-    "batch_size": Int(1),
-    "hard_negatives": Int(0),
-    "epochs": Int(0, note="0: train.max_steps decides"),
-    "max_steps": Int(0, note="0: train.epochs full passes"),
-    "frozen_steps": Int(0, note="0: none"),
-    "corpus_refresh_every": Int(0, note="0: at start and at validations"),
-    "corpus_max_passages": Int(0, note="0: always FAISS top-k candidates"),
-    "corpus_topk": Int(1),
-    "corpus_sample": Int(1, optional=True, note="null: the whole corpus up to 500,000 passages"),
-    "passage_frozen_layers": Int(0, note="0: none frozen"),
-    # reals beyond these bounds are no learning rate: AdamW diverges at once, or torch cannot even apply them
-    # in fp32 ("value cannot be converted to type float without overflow" at lr 1e300)
-    "lr": Real(0, 1, lo_open=True),
-    "weight_decay": Real(0, 1),  # AdamW multiplies the weights by (1 - lr x weight_decay)
-    "adam_betas": Real(0, 1, hi_open=True, count=(2, 2)),  # beta = 1: Adam's bias correction divides by 0
-    "adam_eps": Real(0, 1, lo_open=True),
-    "warmup_steps": Int(0, note="0: train.warmup_ratio decides"),
-    "warmup_ratio": Real(0, 1),
-    "max_grad_norm": Real(note="<= 0: no clipping"),
-    "grad_accumulation_steps": Int(1),
-    "grad_cache_chunk_size": Int(0, note="0: off"),
-    "attention_dropout": Real(0, 1, hi_open=True, optional=True, note="null: the model's own"),
-    "cpu_threads": Int(0, 4096, note="0: torch's default"),
-    "log_every": Int(1),
-    "print_every": Int(1),
-    "save_every": Int(0, note="0: no checkpoints"),
-    "keep_checkpoints": Int(0, note="0: keep all"),
-    "eval_every": Int(0, note="0: epoch ends and the last step only"),
-    "val_batch_size": Int(1),
-    "val_max_questions": Int(0, note="0: all"),
-    "val_hard_negatives": Int(0),
-    "val_topk": Int(1, count=(1, None)),
-    "val_corpus_max_passages": Int(0, note="0: no limit"),
-    "teacher_denoise_margin": Real(0, note="0: drop negatives scored above the positive"),
-}
 
 CPU_BUCKET_SIZE = 8  # length_bucket_size=auto on the CPU (~0.63x the tokens of one padded forward on squad1_open)
 

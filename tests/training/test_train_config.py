@@ -117,7 +117,6 @@ from hypothesis import strategies as st  # noqa: E402
 
 from dpr.config import field_rules, numeric_fields  # noqa: E402
 from dpr.models.biencoder import BiEncoderConfig  # noqa: E402
-from dpr.training.config import TRAIN_RANGES  # noqa: E402
 
 EDGES = [0, -1, 1, 2, 3, 0.5, -0.5, 1e-4, 1e-40, float("nan"), float("inf"), float("-inf"), 1e300, 10**18, -10**18,
          10**400, "abc", "1", True, False, None, [], [1, 5], [0.9, 0.999], [0.9, 1.0], {"a": 1}]
@@ -131,7 +130,7 @@ ANY_SIGN = {"max_grad_norm"}  # <= 0: no clipping
 
 
 def test_every_numeric_key_has_a_range():
-    assert sorted(numeric_fields(TrainConfig)) == sorted(TRAIN_RANGES)
+    assert sorted(numeric_fields(TrainConfig)) == sorted(field_rules(TrainConfig))
     assert sorted(numeric_fields(BiEncoderConfig)) == sorted(field_rules(BiEncoderConfig))
 
 
@@ -167,7 +166,7 @@ def _check_legal(key: str, value, annotation: str) -> None:
             assert v >= 0, (key, value)
 
 
-@given(key=st.sampled_from(sorted(TRAIN_RANGES)), value=VALUES)
+@given(key=st.sampled_from(sorted(field_rules(TrainConfig))), value=VALUES)
 def test_train_keys_refuse_bad_numbers_in_one_line(key, value):
     try:
         tc = TrainConfig.from_dict({key: value})
@@ -220,6 +219,9 @@ def test_accepted_values_train_to_finite_numbers(where, value, tiny_model_dir, t
         return
     except ValueError as err:  # a limit that depends on the data (8 questions, 8 passages): one line, naming
         msg = str(err)           # the key and the value
+        if "cannot tell texts apart" in msg:  # e.g. passage_max_length=1: every passage is one token, one vector
+            assert "\n" not in msg and "not marked finished" in msg, msg
+            return
         assert "\n" not in msg and (f"{group}.{key}" in msg or f"{key}=" in msg) and str(value) in msg, msg
         return
     numbers = [v for v in summary["final_metrics"].values() if isinstance(v, float)]
