@@ -65,7 +65,7 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(autouse=True)
 def torch_global_state_is_left_as_found():
     """A test (or a script's ``main`` it calls in-process) that turns autograd off globally breaks every later test
-    in its worker with "does not require grad" far from the cause (stop 50's CI: 28 failures from one script's
+    in its worker with "does not require grad" far from the cause (a CI run once had 28 failures from one script's
     ``torch.set_grad_enabled(False)``). Fail the test that leaks, and restore the state for the rest."""
     import torch
 

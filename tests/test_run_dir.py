@@ -158,7 +158,7 @@ def test_runs_without_recorded_data_are_compared_on_settings(tmp_path, caplog):
     assert prepare_run_dir(out, conf, overwrite=True, data={**data, "train": "c" * 64}) == "overwritten"
 
 
-# --- one run per run directory (issue 46: two dpr-train into one output_dir both exited 0) ------------------
+# --- one run per run directory (two dpr-train into one output_dir both exited 0) ------------------
 
 def _wait_for(cond, proc: subprocess.Popen, timeout: float = 240.0) -> None:
     end = time.monotonic() + timeout

@@ -1,4 +1,4 @@
-"""Messages that say what is wrong (issue 46): a model whose float32 vectors are NaN was told to "use
+"""Messages that say what is wrong: a model whose float32 vectors are NaN was told to "use
 dtype=float32", the dtype it was already using."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every output path of every command, given something the user owns (issue 46): refused in one line, exit 2,
+"""Every output path of every command, given something the user owns: refused in one line, exit 2,
 nothing on disk changed. Before, `dpr.atomic.replace_path` exchanged a directory at a file output with the
 new file and deleted it (dpr-data export, dpr-bm25, dpr-retrieve, dpr-rerank score, ...), `dpr-export`
 replaced another model's export, a file (or a symlink loop) as output_dir was "[Errno 17] File exists", and

@@ -1,4 +1,4 @@
-"""A file output replaces only a file of the kind its command writes (issue 46): before, `dpr-bm25 output=train.json`
+"""A file output replaces only a file of the kind its command writes: before, `dpr-bm25 output=train.json`
 overwrote the user's training file and `dpr-retrieve output=passages.tsv` the corpus. Each command runs in-process
 (its console-script ``main`` under a patched ``sys.argv``): refused in one line, exit 2, nothing on disk changed;
 and each command's own earlier output, or an empty file, still passes the check."""

@@ -420,7 +420,7 @@ def test_ctrl_c_is_one_line(tmp_path, tiny_model_dir):
     ("dpr-train", ["train=nope"], ["Could not find 'train/nope'"]),
     ("dpr-pipeline", ["remine.dept=5"], ["Could not override 'remine.dept'"]),
     ("dpr-pipeline", ["remine.depth=abc"], ["remine.depth must be an integer", "'abc'"]),
-    # issue 24: the re-mining keys left train (remine.*; train.rounds is dpr-pipeline's alone)
+    # the re-mining keys left train (remine.*; train.rounds is dpr-pipeline's alone)
     ("dpr-pipeline", ["train.remine_depth=5"], ["config key train.remine_depth: unknown", "use remine.depth"]),
     ("dpr-train", ["train.rounds=2"], ["config key train.rounds: unknown", "dpr-pipeline train.rounds=N"]),
 ])

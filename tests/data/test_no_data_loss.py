@@ -1,4 +1,4 @@
-"""Nothing the user owns is replaced, and imports that would train on nothing or on ids are refused (issue 46).
+"""Nothing the user owns is replaced, and imports that would train on nothing or on ids are refused.
 
 `dpr.atomic.atomic_path` exchanged whatever stood at an output path with the new output and deleted it: a
 directory of the user's files under a file output, or ``data_dir/<name>`` of ``data.name=../victim``."""

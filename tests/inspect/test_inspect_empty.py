@@ -1,4 +1,4 @@
-"""An empty dataset is a finding (issue 46): before, ``dpr-data inspect`` said "No warnings." of a dataset of
+"""An empty dataset is a finding: before, ``dpr-data inspect`` said "No warnings." of a dataset of
 0 passages and 0 questions (every share of nothing is 0, under every threshold)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The re-mining rounds' settings (issue 24): ``remine.*`` (RemineConfig) and ``train.rounds`` (the pipeline's own
+"""The re-mining rounds' settings: ``remine.*`` (RemineConfig) and ``train.rounds`` (the pipeline's own
 train key), their ranges, and the old ``train.remine_*`` keys refused in one line naming the new ones."""
 
 from __future__ import annotations

@@ -58,6 +58,6 @@ def test_chunked_forward_equals_one_forward(tiny_model_dir, micro):
 def test_length_bucket_size_is_checked_and_left_out_of_old_fingerprints():
     with pytest.raises(ValueError, match="length_bucket_size"):
         RerankConfig.from_dict({"train": {"length_bucket_size": -1}})
-    # 0 (one forward, the default until stop 40): left out, so the runs recorded with it keep their fingerprints
+    # 0 (one forward, an earlier default): left out, so the runs recorded with it keep their fingerprints
     assert "length_bucket_size" not in RerankConfig.from_dict({"train": {"length_bucket_size": 0}}).as_dict()["train"]
     assert RerankConfig().as_dict()["train"]["length_bucket_size"] == 8

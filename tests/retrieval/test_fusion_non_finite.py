@@ -1,4 +1,4 @@
-"""A NaN or infinite first-stage score never reaches a ranking (issue 46): refused where results are read,
+"""A NaN or infinite first-stage score never reaches a ranking: refused where results are read,
 naming the file, question and passage, and by every fusion entry point given results in memory. Before,
 min-max over a NaN was NaN and ``nan > nan`` is false, so that question's whole BM25 term became 0."""
 

@@ -1,5 +1,5 @@
 """A question that is not valid text (a lone surrogate, e.g. from a broken JSON escape "\\ud800") is one clear error
-naming the question (issue 46); before, the dense retriever's tokenizer raised a bare TypeError from transformers."""
+naming the question; before, the dense retriever's tokenizer raised a bare TypeError from transformers."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """No bad number gets through: fusion weights, index parameters, max lengths and broken model files are each
-refused with one line naming the argument or file (issue 23)."""
+refused with one line naming the argument or file."""
 
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ class _Recorder:
 
 @pytest.mark.parametrize("rounds", [1, 2])
 def test_stage_parameters_hold_the_remine_settings_and_the_train_stage_not(rounds, tmp_path):
-    """Issue 24: the train stages record TrainConfig's keys alone (rounds and remine.* left them: the one
+    """The train stages record TrainConfig's keys alone (rounds and remine.* left them: the one
     fingerprint migration), the remine stages record the remine settings."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf

@@ -183,7 +183,7 @@ def test_the_resumable_key_sets_are_the_trainers_old_ones():
     assert rerank_keys == reader_old | {"eval_every", "val_max_questions", "best_metric"}
     assert retriever_keys == {"epochs", "max_steps", "save_every", "keep_checkpoints", "log_every", "print_every",
                               "eval_every", "resume", "validate", "best_metric", "cpu_threads", "optimizer_impl"}
-    # (the pipeline's rounds and remine_* keys were resumable too: issue 24 took them out of TrainConfig)
+    # (the pipeline's rounds and remine_* keys were resumable too: they are no longer TrainConfig's)
 
 
 def _tiny():
