@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 900  # about 3 min on 2 idle cores
 KEYS = {"pipeline_seconds", "teacher_seconds", "report_default", "report_teacher", "train_examples_per_s",
         "encode_passages_per_s", "gpu_util"}
 # what --cpu runs on a machine without a GPU: everything but the NCCL pair and the comparison with the
@@ -74,8 +75,13 @@ def problems(stdout: str, out: Path) -> list[str]:
 def main(argv: list[str]) -> int:
     out = Path(argv[0]) if argv else Path(tempfile.mkdtemp(prefix="gpu_check_cpu.")) / "gc"
     env = {**os.environ, "PY": sys.executable, "OUT": str(out)}
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--cpu"], capture_output=True, text=True,
-                          timeout=900, env=env, cwd=out.parent if out.parent.is_dir() else None)
+    try:
+        proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), "--cpu"], capture_output=True,
+                              text=True, timeout=TIMEOUT_S, env=env, cwd=out.parent if out.parent.is_dir() else None)
+    except subprocess.TimeoutExpired:
+        print(f"gpu_check --cpu: not finished after {TIMEOUT_S} s (stages so far: {out / 'stages.tsv'})",
+              file=sys.stderr)
+        return 1
     print(proc.stdout, end="")
     found = ([f"exit status {proc.returncode}"] if proc.returncode else []) + problems(proc.stdout, out)
     if found:
