@@ -153,6 +153,9 @@ INSIDE: dict[str, tuple[Callable[[bytes], bool], str]] = {
     "validation.jsonl": (metrics_rows, "a validation metrics log"),
     "train_summary.json": (run_summary, "a training summary"),
     "timings.json": (json_object_with("seconds"), "a pipeline timings JSON"),
+    "report.json": (lambda head: re.match(rb'^\s*\{\s*"kind"\s*:\s*"(qa|qrels)"', head) is not None,
+                    "an evaluation report (dpr-eval)"),
+    "report.md": (lambda head: head.startswith(b"# Retrieval evaluation"), "an evaluation report (dpr-eval)"),
 }
 
 

@@ -141,3 +141,23 @@ def test_another_models_export_is_refused_naming_its_source(tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("x")
     with pytest.raises(OutputConflictError, match=r"did not write \(no marker of its output in it\)"):
         check_replaceable(tmp_path / "mine", directory=True, owned=owned_by(tmp_path / "run_b"))
+
+
+def test_dpr_eval_keeps_a_user_report_in_its_output_dir(tmp_path):
+    """dpr-eval writes report.md and report.json into output_dir: a user's own report.md there is refused, and an
+    earlier evaluation's is replaced."""
+    from dpr.eval.report import evaluate_qa
+
+    results = tmp_path / "bm25.json"
+    results.write_text(json.dumps([{"question": "q", "answers": ["a"], "ctxs": [
+        {"id": "1", "title": "", "text": "a", "score": 1.0, "has_answer": True}]}]))
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "report.md").write_text("# My report\n\nnumbers I computed by hand\n")
+    with pytest.raises(OutputConflictError, match="report.md: looks like a text file, not an evaluation report"):
+        evaluate_qa({"bm25": results}, out, ks=[1])
+    assert (out / "report.md").read_text().startswith("# My report")
+    (out / "report.md").unlink()
+    evaluate_qa({"bm25": results}, out, ks=[1])
+    evaluate_qa({"bm25": results}, out, ks=[1])  # the earlier report is the project's: replaced
+    assert json.loads((out / "report.json").read_text())["kind"] == "qa"
