@@ -125,7 +125,8 @@ def model_card(head: bytes) -> bool:
 def metrics_rows(head: bytes) -> bool:
     """A trainer's ``metrics.jsonl`` / ``validation.jsonl`` (`dpr.trainkit.metrics_log`): a ``step`` per row."""
     rec = _first_record(head)
-    return rec is not None and isinstance(rec.get("step"), int)
+    # a first row cut short by a kill still starts as every row the logger writes does
+    return (rec is not None and isinstance(rec.get("step"), int)) or re.match(rb'^\{"step": \d', head) is not None
 
 
 def run_summary(head: bytes) -> bool:

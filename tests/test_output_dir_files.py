@@ -161,3 +161,8 @@ def test_dpr_eval_keeps_a_user_report_in_its_output_dir(tmp_path):
     evaluate_qa({"bm25": results}, out, ks=[1])
     evaluate_qa({"bm25": results}, out, ks=[1])  # the earlier report is the project's: replaced
     assert json.loads((out / "report.json").read_text())["kind"] == "qa"
+
+
+def test_a_metrics_log_cut_short_by_a_kill_is_still_the_runs(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "lo')
+    assert foreign_inside(tmp_path / "metrics.jsonl") is None
