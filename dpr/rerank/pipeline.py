@@ -21,34 +21,30 @@ Stages (the pipeline's :class:`~dpr.stages.StageRunner`: skipped when up to date
   interpolation weight of ``teacher_cfg.weight_grid`` tuned on dev: `dpr.rerank.runs.reranked`) and ``rerank_<system>`` for bm25, dense and
   hybrid (→ ``<out>/rerank/<system>/test.json`` in DPR's results format, ``test.trec`` on qrels data,
   ``stats.json`` with the seconds per question). A first stage whose dev figure reranking lowers keeps its own
-  list as its row (``teacher_cfg.keep_first_stage``; decided from dev.json, so no dev scoring is redone).
+  list as its row (``teacher_cfg.keep_first_stage``; decided from dev.json, so no dev scoring is redone). These
+  rerank stages live in `dpr.rerank.rerank_stages`.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from dpr.atomic import write_json_atomic
 from dpr.data.dataset import DatasetPaths
+from dpr.rerank.rerank_stages import FIRST_STAGES, SUFFIX, StageTexts, dev_qrels, rerank_stages, stage_config
 from dpr.rerank.stage_config import TeacherStageConfig
 from dpr.stages import StageRunner
 from dpr.trainkit.config_dict import plain
 
 log = logging.getLogger(__name__)
 
-FIRST_STAGES = ("bm25", "dense", "hybrid")
-SUFFIX = "+rerank"
-
-
-def stage_config(cfg: DictConfig) -> TeacherStageConfig:
-    return TeacherStageConfig.from_dict(plain(cfg.get("teacher_cfg")))
+# re-exported: the pipeline and its tests import the rerank stages from here, beside the teacher's
+__all__ = ["FIRST_STAGES", "SUFFIX", "TeacherRun", "check_teacher", "distill_config", "rerank_stages", "run_teacher",
+           "score_training_candidates", "scores_stage", "stage_config"]
 
 
 def check_teacher(cfg: DictConfig) -> TeacherStageConfig:
@@ -89,36 +85,11 @@ class TeacherRun:
         return run
 
 
-def _dev_qrels(ds: DatasetPaths, split: str) -> dict | None:
-    if ds.kind != "qrels":
-        return None
-    from dpr.data.beir import read_qrels
-
-    return read_qrels(ds.qrels(split))
-
-
-class _Texts:
-    """Query and passage texts, loaded once and only where a TREC run has to be turned into records."""
-
-    def __init__(self, ds: DatasetPaths) -> None:
-        self.ds, self._q, self._p = ds, None, None
-
-    def records(self, path: Path) -> list[dict]:
-        from dpr.rerank.runs import first_stage_records, run_texts
-
-        if path.suffix == ".trec" and self._q is None:
-            self._q, self._p = run_texts(self.ds, path)
-        return first_stage_records(path, self._q, self._p)
-
-    def inputs(self) -> list[Path]:
-        return [self.ds.queries, self.ds.passages] if self.ds.kind == "qrels" else []
-
-
 def run_teacher(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunner, bm25_dev: Path) -> TeacherRun:
     """The ``teacher_train`` and ``teacher_scores`` stages; returns the config the dense model trains with."""
     tcfg = check_teacher(cfg)
     rcfg = tcfg.rerank
-    texts = _Texts(ds)
+    texts = StageTexts(ds)
     if tcfg.model:
         from dpr.rerank.model import resolve_dir
 
@@ -132,7 +103,7 @@ def run_teacher(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunne
             "teacher_train",
             # the stage runs only when its inputs or settings changed: the run there is the pipeline's own
             lambda: train_cross_encoder(rcfg, ds.train, tout, dev=texts.records(bm25_dev),
-                                        dev_qrels=_dev_qrels(ds, "dev"), overwrite=True),
+                                        dev_qrels=dev_qrels(ds, "dev"), overwrite=True),
             outputs=[teacher_dir / "cross_encoder.json"],
             inputs=[ds.train, bm25_dev, *texts.inputs(), *([ds.qrels("dev")] if ds.kind == "qrels" else [])],
             params={"rerank": rcfg.as_dict()},
@@ -244,122 +215,3 @@ def _distill_loss(tcfg: TeacherStageConfig) -> DictConfig:
     loss = OmegaConf.merge(base, OmegaConf.create(dict(tcfg.loss_args)))
     build_loss(plain(loss))  # the arguments, checked before any stage runs
     return loss
-
-
-def rerank_stages(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunner, teacher: TeacherRun,
-                  first: Mapping[str, Mapping[str, Path]], tuning_file: Path) -> tuple[dict[str, Path], dict]:
-    """Rerank bm25, dense and hybrid (``first[name] = {"dev": path, "test": path}``, hybrid without dev);
-    returns the report's runs ``{"<name>+rerank": test file}`` and the notes (choice of K, dev figures,
-    seconds per question)."""
-    from dpr.rerank.runs import keep_first_stage, lowers_dev
-    from dpr.retrieval.fusion import fuse_linear
-
-    tcfg = stage_config(cfg)
-    s = tcfg.rerank.score
-    qrels_data = ds.kind == "qrels"
-    ext = ".trec" if qrels_data else ".json"
-    rdir = out / "rerank"
-    texts = _Texts(ds)
-    tdir = teacher.teacher_dir
-    dev = {name: Path(first[name]["dev"]) for name in ("bm25", "dense")}
-    dev["hybrid"] = rdir / f"hybrid_dev{ext}"
-    stages.run(
-        "rerank_hybrid_dev",
-        lambda: fuse_linear(dev["bm25"], dev["dense"], json.loads(tuning_file.read_text())["weight"], dev["hybrid"],
-                            k=cfg.retrieve.k, normalize=cfg.hybrid.normalize),
-        outputs=[dev["hybrid"]], inputs=[dev["bm25"], dev["dense"], tuning_file],
-        params={"k": cfg.retrieve.k, "normalize": cfg.hybrid.normalize},
-    )
-    metric = "ndcg@10" if qrels_data else "mrr"
-    choice_file = rdir / "dev.json"
-    score_params = {"precision": s.precision}  # the batch size changes the speed, not the scores
-    k_grid, weight_grid = list(tcfg.k_grid), list(tcfg.weight_grid)
-
-    def choose() -> None:
-        from dpr.rerank.model import load_cross_encoder
-        from dpr.rerank.runs import choose_k, choose_weight, pair_scores, reranked
-        from dpr.rerank.validate import results_metrics
-
-        model, tok, settings = load_cross_encoder(tdir)
-        qrels = _dev_qrels(ds, "dev")
-        records = {name: texts.records(dev[name]) for name in FIRST_STAGES}
-        scores = pair_scores(model, tok, settings, list(records.values()), max(k_grid),
-                             batch_size=s.batch_size, precision=s.precision)  # one score per distinct pair
-        body: dict = {"metric": metric, "k_grid": k_grid, "weight_grid": weight_grid,
-                      "systems": {}}
-        for name, recs in records.items():
-            # per depth: the interpolation weight tuned on dev, then the depth chosen on the tuned figures
-            by_kw = {k: {w: results_metrics(reranked(recs, scores, k, w), qrels) for w in weight_grid}
-                     for k in k_grid}
-            weight_at = {k: choose_weight(per_w, metric) for k, per_w in by_kw.items()}
-            per_k = {k: by_kw[k][weight_at[k]] for k in k_grid}
-            k = choose_k(per_k, metric, tcfg.k_tolerance)
-            body["systems"][name] = {"k": k, "weight": weight_at[k],
-                                     "first_stage": results_metrics(recs, qrels),
-                                     "dev": {str(k): v for k, v in per_k.items()},
-                                     "dev_by_weight": {str(k): {str(w): v[metric] for w, v in per_w.items()}
-                                                       for k, per_w in by_kw.items()}}
-        write_json_atomic(choice_file, body)
-
-    stages.run("rerank_dev", choose, outputs=[choice_file],
-               inputs=[*dev.values(), tdir, *texts.inputs(), *([ds.qrels("dev")] if qrels_data else [])],
-               params={"k_grid": k_grid, "k_tolerance": tcfg.k_tolerance,
-                       "weight_grid": weight_grid, **score_params})
-    choice = json.loads(choice_file.read_text())
-    runs: dict[str, Path] = {}
-    notes: dict = {"metric": f"{metric} on dev", "k_grid": k_grid, "weight_grid": weight_grid,
-                   "cross_encoder": str(tdir),
-                   "systems": {}}
-    done: list[tuple[Path, int, float | None]] = []  # systems reranked so far: list, depth, seconds per pair
-    for name in FIRST_STAGES:
-        k = int(choice["systems"][name]["k"])
-        weight = float(choice["systems"][name].get("weight", 0.0))
-        sdir = rdir / name
-        json_out, trec_out, stats_file = sdir / "test.json", sdir / "test.trec", sdir / "stats.json"
-        test = Path(first[name]["test"])
-
-        def rerank_test(name=name, test=test, k=k, json_out=json_out, trec_out=trec_out,
-                        stats_file=stats_file, before=tuple(done), weight=weight) -> None:
-            from dpr.data.results import read_results
-            from dpr.rerank.model import load_cross_encoder
-            from dpr.rerank.runs import known_pairs, timed_rerank, write_reranked
-
-            model, tok, settings = load_cross_encoder(tdir)
-            # a pair's logit depends on the teacher and the pair only (this run's teacher: the stages
-            # before this one are up to date with it), so the other systems' reranked lists are a cache
-            known: dict = {}
-            for path, depth, _ in before:
-                known.update(known_pairs(read_results(path), depth))
-            recs, stats = timed_rerank(model, tok, settings, texts.records(test), k, batch_size=s.batch_size,
-                                       precision=s.precision, known=known, weight=weight)
-            if stats["seconds_per_question"] is None:  # every pair was reused: price them at the others' rate
-                rates = [r for _, _, r in before if r]
-                rate = sum(rates) / max(1, len(rates))
-                stats["seconds_per_question"] = round(rate * stats["pairs"] / max(1, stats["questions"]), 5)
-            write_reranked(recs, json_out, trec_out if qrels_data else None, tag=f"{name}_rerank{k}")
-            write_json_atomic(stats_file, {**stats, "first_stage": str(test)})
-
-        outputs = [json_out, stats_file, *([trec_out] if qrels_data else [])]
-        sysc = choice["systems"][name]
-        keep = tcfg.keep_first_stage and lowers_dev(sysc, metric)
-        if keep:  # reranking lowered it on dev: the row is the first stage's own list, scored by nobody
-            log.info("rerank_%s: dev %s %.4f reranked < %.4f as it is: the first stage's list is kept", name,
-                     metric, sysc["dev"][str(k)][metric], sysc["first_stage"][metric])
-            stages.run(f"rerank_{name}",
-                       lambda test=test, json_out=json_out, trec_out=trec_out, stats_file=stats_file:
-                       keep_first_stage(test, json_out, trec_out if qrels_data else None, stats_file,
-                                        texts.records(test)),
-                       outputs=outputs, inputs=[test, *texts.inputs()], params={"kept_first_stage": True})
-        else:
-            stages.run(f"rerank_{name}", rerank_test, outputs=outputs, inputs=[test, tdir, *texts.inputs()],
-                       params={"k": k, **({"weight": weight} if weight else {}), **score_params})
-        stats = json.loads(stats_file.read_text())
-        if not keep:  # a kept list holds no cross-encoder scores for the later systems to reuse
-            done.append((json_out, k, stats.get("seconds_per_pair")))
-        runs[name + SUFFIX] = trec_out if qrels_data else json_out
-        notes["systems"][name + SUFFIX] = {
-            "first_stage": name, "k": k, "weight": weight, "kept_first_stage": keep, "dev": sysc["dev"],
-            "dev_first_stage": sysc["first_stage"],
-            "seconds_per_question": stats["seconds_per_question"], "seconds": stats["seconds"],
-            "questions": stats["questions"], "pairs": stats.get("pairs"), "reused_pairs": stats.get("reused")}
-    return runs, notes
