@@ -193,23 +193,23 @@ def open_shard_search(meta: dict, index_path: str | Path, devices: Sequence[str]
     return ShardFlatSearch(shards, metric=metric, devices=devices, dtype=dtype or str(info["dtype"]))
 
 
-def from_shards(index_path: str | Path, search_dtype: str = "float32") -> tuple[ShardFlatSearch, Sequence[str]] | None:
+def from_shards(index_path: str | Path, meta: dict, ids_file: str | Path,
+                search_dtype: str = "float32") -> tuple[ShardFlatSearch, Sequence[str]] | None:
     """``load_index(device="gpu")`` for a flat index where faiss has no GPU support: its shards searched in place
     on `search_devices` (vectors in the shards' own dtype, or ``search_dtype`` where that is a half type), with
-    the index's ids; None where the index must be read instead (faiss-gpu present, no GPU, `open_shard_search`)."""
+    the index's ids (``meta``: the index's metadata, ``ids_file``: its ids, both as `dpr.index.storage` reads
+    them); None where the index must be read instead (faiss-gpu present, no GPU, `open_shard_search`)."""
     from dpr.index import gpu
-    from dpr.index.storage import ids_path, read_index_meta
     from dpr.index.shards import IdList
 
     devices = search_devices()
     if gpu.gpu_count() > 0 or not devices:
         return None
-    meta = read_index_meta(index_path)
     half = _dtype(search_dtype) in (torch.float16, torch.bfloat16)
     found = open_shard_search(meta, index_path, devices, dtype=search_dtype if half else None)
     if found is None:
         return None
-    ids = IdList.read(ids_path(index_path))
+    ids = IdList.read(ids_file)
     if len(ids) != found.ntotal:
         return None
     return found, ids

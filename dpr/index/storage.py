@@ -113,7 +113,7 @@ def load_index(path: str | Path, device: str = "cpu", nprobe: int | None = None,
     if device == "gpu":  # a flat index without faiss-gpu: its shards searched in place on the GPUs, no host copy
         from dpr.index.shard_search import from_shards
 
-        if (found := from_shards(path, search_dtype)) is not None:
+        if (found := from_shards(path, read_index_meta(path), ids_path(path), search_dtype)) is not None:
             return found
     check_index_files(path, read_index_meta(path))
     flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0

@@ -1,7 +1,7 @@
 """Tokenise once: the token ids of a dataset's texts, cached on disk per data file and tokenizer.
 
 A :class:`TokenTable` holds each distinct text (a question, or a passage's (title, text) pair) tokenised
-alone and unpadded, exactly as :func:`dpr.models.inference.tokenize_each` tokenises it (same truncation,
+alone and unpadded, exactly as :func:`dpr.models.tokenization.tokenize_each` tokenises it (same truncation,
 prefix and pair rule), so :meth:`TokenTable.pad` of any rows equals :func:`~dpr.models.inference.tokenize_batch`
 of those texts, tensor for tensor (tests/models/test_token_cache.py checks it). Training reads its batches
 from it (`dpr.training.batching`): no tokenizer call between steps. Anyone may use it for texts they
@@ -172,9 +172,9 @@ def distinct_digests(pairs: Iterable[tuple[str, str | None]]) -> list[bytes]:
 def build_table(tokenizer: Any, texts: Sequence[str] | None, titles: Sequence[str | None] | None, max_length: int,
                 prefix: str = "", chunk: int = 8192, *, pairs: Pairs | None = None,
                 has_titles: bool | None = None) -> TokenTable:
-    """Tokenise the distinct texts: :func:`~dpr.models.inference.tokenize_each`'s rows. ``pairs`` (instead of
+    """Tokenise the distinct texts: :func:`~dpr.models.tokenization.tokenize_each`'s rows. ``pairs`` (instead of
     ``texts``/``titles``) streams them: only ``chunk`` texts at a time are held."""
-    from dpr.models.inference import tokenize_each
+    from dpr.models.tokenization import tokenize_each
 
     if pairs is None:
         pairs, has_titles = _pairs(texts, titles), titles is not None

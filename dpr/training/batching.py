@@ -43,24 +43,10 @@ from dpr.data.retriever_json import read_retriever_json, relevant_ids
 from dpr.errors import DataError
 from dpr.losses import PairMasks
 from dpr.training.masks import pair_masks
+from dpr.training.items import TrainItem
 from dpr.training.train_tokens import TrainTokens, collate, collate_from
 
 log = logging.getLogger(__name__)
-
-
-class TrainItem(NamedTuple):
-    """One training question: its text and ``1 + H`` ctx dicts, the positive first; its answers (QA data)
-    and the ids of all its positive passages (for the false-negative masks)."""
-
-    question: str
-    passages: list[dict]
-    answers: tuple = ()
-    positive_ids: frozenset = frozenset()
-
-    def as_question(self) -> dict:
-        """What the masks need to know of the question."""
-        return {"question": self.question, "positive_ids": self.positive_ids, "answers": list(self.answers),
-                "target_id": self.passages[0]["passage_id"]}
 
 
 class Batch(NamedTuple):

@@ -19,7 +19,7 @@ import torch
 from dpr.models.token_cache import TokenTable, cached_table
 
 if TYPE_CHECKING:
-    from dpr.training.batching import TrainItem
+    from dpr.training.items import TrainItem
 
 log = logging.getLogger(__name__)
 

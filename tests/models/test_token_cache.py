@@ -59,7 +59,7 @@ def test_cache_is_reused_when_up_to_date_and_refused_when_the_data_or_tokenizer_
 
     # up to date: read back, equal, and the tokenizer is not called
     calls = []
-    monkeypatch.setattr("dpr.models.inference._tokenize_rows", lambda *a, **k: calls.append(a) or [])
+    monkeypatch.setattr("dpr.models.tokenization._tokenize_rows", lambda *a, **k: calls.append(a) or [])
     again, reused = cached_table(data, "passages", tok, TEXTS, TITLES, max_length=16)
     assert reused and not calls and (again.keys == first.keys).all()
     assert torch.equal(again.pad(range(len(again)))["input_ids"], first.pad(range(len(first)))["input_ids"])
@@ -107,7 +107,7 @@ def test_encode_from_the_token_table_equals_encode_from_text(tiny_model_dir, mon
     model, tok = load_biencoder(str(tiny_model_dir), passage_max_length=16, passage_prefix="p: ")
     table = build_table(tok, TEXTS, TITLES, max_length=16, prefix="p: ")
     want = encode_texts(model, tok, TEXTS, "passage", batch_size=4, titles=TITLES, autocast="off")
-    monkeypatch.setattr("dpr.models.inference._tokenize_rows", lambda *a, **k: pytest.fail("tokenized"))
+    monkeypatch.setattr("dpr.models.tokenization._tokenize_rows", lambda *a, **k: pytest.fail("tokenized"))
     got = encode_texts(model, None, TEXTS, "passage", batch_size=4, titles=TITLES, autocast="off", tokens=table)
     assert torch.equal(got, want)
 
