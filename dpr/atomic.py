@@ -63,6 +63,13 @@ class OutputConflictError(FileExistsError):
         return str(self.args[0])
 
 
+class OutputNotWritableError(PermissionError):
+    """The directory an output goes to cannot be written (read-only, no permission); str() is one line naming it."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def _is_real_dir(path: Path) -> bool:
     return os.path.isdir(path) and not os.path.islink(path)
 
@@ -288,7 +295,13 @@ def atomic_path(path: str | Path, owned: Callable[[Path], bool] | None = None) -
     with path_lock(path):
         clean_stale_temps(path)
         tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-        tmp.mkdir()
+        try:
+            tmp.mkdir()
+        except OSError as err:  # name the output, not the temporary name the user never chose
+            if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise OutputNotWritableError(f"{path.parent}: cannot write {path.name} there "
+                                         f"({os.strerror(err.errno).lower()})") from None
         target = tmp / path.name
         try:
             yield target
