@@ -81,7 +81,14 @@ def apply_lora(encoder: nn.Module, settings: LoraSettings, **extra: Any) -> nn.M
     ``extra``: more LoraConfig keys (`LoraSettings.peft_config`)."""
     from peft import get_peft_model
 
-    return get_peft_model(encoder, settings.peft_config(**extra))
+    try:
+        return get_peft_model(encoder, settings.peft_config(**extra))
+    except ValueError as err:  # peft's words name its own arguments; say which setting and what exists
+        if "not found in the base model" not in str(err) and "No modules were targeted" not in str(err):
+            raise
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in encoder.named_modules() if isinstance(m, nn.Linear)})
+        raise ValueError(f"lora.target_modules={list(settings.target_modules)}: no such module in "
+                         f"{type(encoder).__name__}; its linear layers are named {', '.join(linear)}") from None
 
 
 def load_adapters(encoder: nn.Module, adapter_dir: str | Path, trainable: bool = True) -> nn.Module:

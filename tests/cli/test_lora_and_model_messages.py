@@ -91,3 +91,18 @@ def test_a_tokenizer_without_pad_or_eos_is_refused_before_training(tmp_path, tin
     with pytest.raises(ValueError, match="the tokenizer has neither a padding nor an EOS token"):
         train(cfg)
     assert not (tmp_path / "run" / "train_summary.json").exists()
+
+
+def test_lora_target_modules_not_in_the_model_name_the_ones_that_are(tiny_model_dir):
+    """Before: peft's "Target modules ... not found in the base model. Please check the target modules"."""
+    from dpr.models import BiEncoderConfig, build_biencoder
+    from dpr.models.lora import LoraSettings
+    from dpr.rerank.model import build_cross_encoder
+
+    bad = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj"]}
+    with pytest.raises(ValueError, match=r"lora.target_modules=\['q_proj'\]: no such module in BertModel; its linear "
+                                         r"layers are named dense, key, query, value"):
+        build_biencoder(BiEncoderConfig(name=str(tiny_model_dir), lora=bad))
+    with pytest.raises(ValueError, match=r"lora.target_modules=\['q_proj'\]: no such module in .*; its linear layers "
+                                         r"are named .*query"):
+        build_cross_encoder(str(tiny_model_dir), lora=LoraSettings.coerce(bad))
