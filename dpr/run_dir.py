@@ -55,7 +55,8 @@ LOCK_FILE = ".dpr-run.lock"
 _TRAINER_FILES = ("README.md", "metrics.jsonl", "validation.jsonl", "train_summary.json")
 _PIPELINE_FILES = {"timings.json": None, "eval/report.json": None, "eval/report.md": None,
                    **{f"model/{n}": None for n in _TRAINER_FILES},
-                   **{f"{system}/{split}.{ext}": kind for system in ("bm25", "dense", "hybrid", "rerank")
+                   # (rerank/dev.json is the rerank stage's own record of its dev choice, not a results file)
+                   **{f"{system}/{split}.{ext}": kind for system in ("bm25", "dense", "hybrid")
                       for split in ("test", "dev") for ext, kind in (("json", "dpr_results"), ("trec", "trec_run"))}}
 # The files each locking command writes into its run directory under a name a user's file may have (with the
 # kind of a generic name: `dpr.atomic.check_outputs_inside`).
