@@ -304,7 +304,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
             "dense_untrained", str(untrained_dir), [model_marker(untrained_dir)])
 
     teacher = None
-    if cfg.get("teacher"):  # issue 25: the cross-encoder teacher, its scores, the distilled training
+    if cfg.get("teacher"):  # the cross-encoder teacher, its scores, the distilled training
         from dpr.rerank.pipeline import run_teacher
         teacher = run_teacher(cfg, ds, out, stages, bm25_dev)
     train_model_rounds(teacher.train_cfg if teacher else cfg, ds, out, model_dir, stages,
@@ -363,7 +363,7 @@ def run_pipeline(cfg: DictConfig) -> dict:
         report = evaluate_qrels(runs, ds.qrels(split_eval), eval_dir, notes=notes)
     else:
         report = evaluate_qa(runs, eval_dir, ks=list(cfg.eval.ks), match=cfg.eval.match, notes=notes)
-    if cfg.get("reader") and not qrels_data:  # issue 10: the extractive reader on each system's top k
+    if cfg.get("reader") and not qrels_data:  # the extractive reader on each system's top k
         from dpr.reader.pipeline import attach_reader, reader_report
         report = attach_reader(report, reader_report(cfg.reader_cfg, ds, runs, out, stages), out, eval_dir, stages)
     write_model_card(model_dir, report=eval_dir / "report.json")  # the trained model's card, with the report

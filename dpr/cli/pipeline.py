@@ -38,7 +38,7 @@ register_remine_schema()  # remine_cfg/default: the remine section's defaults (R
 register_reader_schema()  # reader_cfg/default: the reader's settings (ReaderConfig), used when reader=true
 register_scale_schema()  # scale_cfg/default: the scale section (ScaleConfig): baseline, search device, large-corpus index
 
-# train.remine_* (TrainConfig's until issue 24) → remine.*: refused naming the new key
+# train.remine_* (once TrainConfig's) → remine.*: refused naming the new key
 MOVED = {old: f"use {new} (the re-mining settings left train)" for old, new in moved_from_train().items()}
 
 
