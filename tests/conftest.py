@@ -79,6 +79,27 @@ def torch_global_state_is_left_as_found():
     assert not leaked, "this test left torch's global state changed: " + ", ".join(leaked)
 
 
+# What a process reads to join a distributed run: a test that leaves one set (adopting a Slurm task's ranks
+# in-process, say) makes every later in-process training in its worker wait forever for ranks that never come.
+RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
+             "ROLE_RANK", "TORCHELASTIC_RUN_ID")
+
+
+@pytest.fixture(autouse=True)
+def rank_variables_are_left_as_found():
+    """Fail the test that leaves a rank variable changed in ``os.environ``, and restore them for the rest."""
+    before = {k: os.environ.get(k) for k in RANK_VARS}
+    yield
+    after = {k: os.environ.get(k) for k in RANK_VARS}
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    leaked = [f"{k}={after[k]!r} (was {before[k]!r})" for k in RANK_VARS if after[k] != before[k]]
+    assert not leaked, "this test left rank variables set: " + ", ".join(leaked)
+
+
 @pytest.fixture(scope="session")
 def mirror_dir() -> Path:
     """The real-data mirror. Absent: skip with a reason, except under CI=true where it is a failure."""

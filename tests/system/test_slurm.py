@@ -189,7 +189,8 @@ def test_every_command_sees_the_rank_before_it_runs(monkeypatch):
     from dpr.cli.common import quiet_interrupt
 
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv(var, "")  # recorded as it was, so what the command sets is undone afterwards
+        monkeypatch.delenv(var)
     for key, value in SRUN_TASK.items():
         monkeypatch.setenv(key, value)
     seen = {}
