@@ -15,29 +15,30 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from dpr.atomic import atomic_path, carry_over, check_replaceable, sha256_file, write_json_atomic
 from dpr.data.dataset import DatasetPaths
-from dpr.data.prepare import (beir, dpr_nq, dpr_squad1, dpr_trivia, import_, nfcorpus, nq_open_dev, sciq_open,
-                               squad1_open)
+from dpr.data.prepare import beir, import_, nfcorpus, nq_open_dev, sciq_open, squad1_open
+from dpr.data.prepare.dpr_published import published_recipe
 from dpr.data.sources import DEFAULT_CACHE_DIR, default_mirror_dir, fetch, load_registry
 from dpr.errors import DataError
 from dpr.trainkit.config_dict import plain
 
 log = logging.getLogger(__name__)
 
-RECIPES: dict[str, ModuleType] = {
+# a recipe: a module, or a namespace with a module's attributes (DPR's datasets share one recipe)
+RECIPES: dict[str, ModuleType | SimpleNamespace] = {
     "squad1_open": squad1_open,
     "sciq_open": sciq_open,
     "nfcorpus": nfcorpus,
     "nq_open_dev": nq_open_dev,
     "beir": beir,
     "import": import_,
-    "dpr_nq": dpr_nq,
-    "dpr_trivia": dpr_trivia,
-    "dpr_squad1": dpr_squad1,
+    "dpr_nq": published_recipe("nq"),
+    "dpr_trivia": published_recipe("trivia"),
+    "dpr_squad1": published_recipe("squad1"),
 }
 
 

@@ -1,4 +1,6 @@
-"""The build shared by DPR's own datasets (``dpr_nq``, ``dpr_trivia``, ``dpr_squad1``).
+"""DPR's own datasets as recipes (``dpr_nq``, ``dpr_trivia``, ``dpr_squad1``: :func:`published_recipe`), and the
+build they share. The fetching (downloads, the mirror, the user's own passages, the sha256 ledger) is
+`dpr.data.prepare.dpr_files`.
 
 - ``passages.tsv``: a symbolic link to ``psgs_w100.tsv`` where it was found (the cache, the mirror, or the
   user's ``data.passages``): 13 GB are not copied. Only its header is read here; every stage that reads the
@@ -14,18 +16,36 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator
+from types import SimpleNamespace
+from typing import Any, Iterator
 
 from tqdm.auto import tqdm
 
 from dpr.data._io import iter_json_array
 from dpr.data.passages import HEADER
 from dpr.data.prepare.common import dedup
+from dpr.data.prepare.dpr_files import fetch_sources
 from dpr.data.qa import QAPair, read_qa_tsv, write_qa_tsv
 from dpr.data.retriever_json import CTX_LISTS, validate_example, write_retriever_json
 from dpr.errors import DataError
 
 KIND = "qa"
+VERSION = 1
+
+
+def published_recipe(dataset: str) -> SimpleNamespace:
+    """The recipe of DPR's ``dataset`` (``nq``, ``trivia``, ``squad1``): its biencoder files and test questions
+    against the 21M Wikipedia passages (``psgs_w100.tsv``), under the names DPR publishes them. Not in the
+    registry (``SOURCES`` is empty): DPR publishes no digests, so `dpr.data.ledger` records them at first use,
+    and where the files come from is not the dataset (``DEFAULTS`` is empty): their digests are."""
+    roles = {"passages": "psgs_w100.tsv", "train": f"biencoder-{dataset}-train.json",
+             "dev": f"biencoder-{dataset}-dev.json", "test": f"{dataset}-test.qa.csv"}
+
+    def fetch(cfg: dict, mirror: str | Path | None, cache: str | Path) -> Any:
+        return fetch_sources(cfg, roles, mirror, cache)
+
+    return SimpleNamespace(KIND=KIND, VERSION=VERSION, SOURCES={}, DEFAULTS={}, ROLES=roles, build=build,
+                           fetch_sources=fetch)
 
 
 def link_passages(src: Path, dest: Path) -> None:
