@@ -32,6 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from scale_synth import tiny_model  # noqa: E402
+
 SEED_TEXT = ("the of and in to a was is for on as by with he that at from his it an were are which this also be has "
              "had first one their its new after but who not they have her she two been other when there all during "
              "into school time may years more most only over city some world would where later up such used many can "
@@ -71,22 +73,6 @@ def write_dataset(root: Path, n: int, questions: int, seed: int) -> None:
          "positive_ctxs": [ctx(2 * q)], "hard_negative_ctxs": [ctx(2 * q + 1)], "negative_ctxs": []}
         for q in range(questions)))
     (root / "meta.json").write_text(json.dumps({"name": root.name, "kind": "qa"}), encoding="utf-8")
-
-
-def tiny_model(out: Path) -> Path:
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from dpr.models.hub import default_model_path
-
-    if (out / "config.json").is_file():
-        return out
-    torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(default_model_path())
-    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=256)).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
 
 
 def child(args: argparse.Namespace) -> None:

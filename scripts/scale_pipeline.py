@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scale_stats import growth_table  # noqa: E402
+from scale_synth import tiny_model  # noqa: E402
 
 log = logging.getLogger("scale_pipeline")
 STATUS = Path("/proc/self/status")
@@ -112,23 +113,6 @@ def instrument(stats: dict) -> None:
         return ran
 
     StageRunner.run = run
-
-
-def tiny_model(out: Path) -> Path:
-    """A random 2-layer, 32-dim BERT with MiniLM's tokenizer (the test suite's tiny model)."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from dpr.models.hub import default_model_path
-
-    if (out / "config.json").is_file():
-        return out
-    torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(default_model_path())
-    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=256)).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
 
 
 def synth_dataset(real_root: Path, out: Path, n: int, seed: int) -> Path:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -81,3 +82,20 @@ def iter_rows(order: np.ndarray, ids: Sequence[str], texts: Sequence[str],
     """The mixed corpus as `dpr.bm25.build_index_from_rows` rows, built lazily (no second copy)."""
     for j in order.tolist():
         yield {"id": ids[j], "text": texts[j], "title": titles[j]}
+
+
+def tiny_model(out: Path) -> Path:
+    """A random 2-layer, 32-dim BERT with MiniLM's tokenizer (the test suite's tiny model)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from dpr.models.hub import default_model_path
+
+    if (out / "config.json").is_file():
+        return out
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(default_model_path())
+    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=256)).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
