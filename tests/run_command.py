@@ -228,3 +228,13 @@ def run_as_subprocess(cmd: Sequence[str | os.PathLike], *, cwd: str | os.PathLik
     if check:
         proc.check_returncode()
     return proc
+
+
+def refusal_line(proc: subprocess.CompletedProcess, *words: str) -> str:
+    """The one line a refused command printed (exit 2, no traceback), checked to hold each of ``words``."""
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("dpr-")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]

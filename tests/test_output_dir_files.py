@@ -15,7 +15,7 @@ import pytest
 from dpr.atomic import OutputConflictError, check_outputs_inside, write_json_atomic, write_text_atomic
 from dpr.output_kinds import INSIDE, foreign_inside
 from dpr.run_dir import OUTPUTS_INSIDE, lock_run_dir
-from tests.run_command import run_command
+from tests.run_command import refusal_line as _one_line, run_command
 
 BIN = Path(sys.executable).parent
 USER_README = "# My notes\n\nexperiments I ran by hand\n"
@@ -32,15 +32,6 @@ def _user_dir(root: Path) -> Path:
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return run_command(args, cwd=cwd)  # the console script's main, in-process
-
-
-def _one_line(proc: subprocess.CompletedProcess, *words: str) -> str:
-    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("dpr-")]
-    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize("command", sorted(OUTPUTS_INSIDE))

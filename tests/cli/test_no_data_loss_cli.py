@@ -13,20 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.run_command import run_command
+from tests.run_command import refusal_line as _one_line, run_command
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return run_command(args, cwd=cwd)  # in-process: the refusals are what the command prints and returns
-
-
-def _one_line(proc: subprocess.CompletedProcess, *words: str) -> str:
-    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("dpr-")]
-    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
 
 
 def _tree(root: Path) -> dict[str, bytes]:
