@@ -20,11 +20,12 @@ import logging
 import os
 from pathlib import Path
 
+from dpr.atomic import sha256_file, write_json_atomic
+
 log = logging.getLogger(__name__)
 
 # Smaller files cost less to hash than to look up (and would fill the cache with model configs).
 MIN_CACHED_BYTES = 64 << 20
-BLOCK = 1 << 20
 
 
 def cache_dir() -> Path:
@@ -44,13 +45,8 @@ def _entry(path: Path) -> Path:
     return cache_dir() / (hashlib.sha256(str(path).encode()).hexdigest()[:32] + ".json")
 
 
-def hash_file(path: str | os.PathLike) -> str:
-    """The hex sha256 of ``path``'s bytes (read in 1 MiB blocks)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(BLOCK):
-            h.update(block)
-    return h.hexdigest()
+# the project's one file hash, under a name of this module's (what `cached_sha256` calls to read a file)
+hash_file = sha256_file
 
 
 def cached_sha256(path: str | os.PathLike) -> str:
@@ -75,8 +71,6 @@ def cached_sha256(path: str | os.PathLike) -> str:
 
 
 def _store(entry: Path, record: dict) -> None:
-    from dpr.atomic import write_json_atomic
-
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(entry, record)
