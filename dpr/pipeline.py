@@ -298,7 +298,8 @@ def run_pipeline(cfg: DictConfig) -> dict:
         save_biencoder(model, tokenizer, untrained_dir)
 
     if scale.keeps_untrained(passage_count(ds.passages)):  # scale.untrained: a baseline for small corpora
-        stages.run("untrained_model", save_untrained, outputs=[model_marker(untrained_dir)],
+        # one rank saves the model in place; the others would read it mid-write (one_rank: they wait)
+        stages.run("untrained_model", save_untrained, outputs=[model_marker(untrained_dir)], one_rank=True,
                    params={"model": _model(cfg), "seed": cfg.seed})
         systems["dense_untrained"] = dense_system(
             "dense_untrained", str(untrained_dir), [model_marker(untrained_dir)])

@@ -95,11 +95,17 @@ class StageRunner:
         outputs: Iterable[str | Path],
         inputs: Iterable[str | Path] = (),
         params: Any = None,
+        one_rank: bool = False,
     ) -> bool:
-        """Run ``fn`` unless the stage is up to date. Returns True when it ran."""
+        """Run ``fn`` unless the stage is up to date. Returns True when it ran. ``one_rank``: under a launcher
+        of several processes (``WORLD_SIZE`` > 1), rank 0 alone runs the stage and the other ranks wait until
+        its record is written (for a stage whose writer is not safe to run twice at once over the same
+        outputs, such as a model saved in place that the next stage reads)."""
         outputs, inputs = [Path(p) for p in outputs], [Path(p) for p in inputs]
         marker = Path(self.state_dir) / f"{name}.json"
         root = Path(self.state_dir).parent
+        if one_rank and int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0:
+            return self._wait_for(name, marker, outputs, params, inputs, root)
         want = fingerprint(params, inputs, root)
         if not self.force and marker.exists() and all(p.exists() for p in outputs):
             recorded = _read_marker(marker)
@@ -124,3 +130,15 @@ class StageRunner:
         self.timings[name] = seconds
         log.info("[%s] done in %.1f s", name, seconds)
         return True
+
+    def _wait_for(self, name: str, marker: Path, outputs: list[Path], params: Any, inputs: list[Path],
+                  root: Path, poll_s: float = 1.0) -> bool:
+        """Another rank's run of stage ``name``: wait until its record matches this stage (a rank that fails
+        ends the whole launch, so no wait outlives it). Returns False: this process did not run it."""
+        log.info("[%s] rank 0 runs it; waiting", name)
+        while True:
+            if marker.exists() and all(p.exists() for p in outputs) and \
+                    _read_marker(marker).get("fingerprint") == fingerprint(params, inputs, root):
+                self.skipped.append(name)
+                return False
+            time.sleep(poll_s)

@@ -117,3 +117,31 @@ def test_a_broken_marker_is_one_error_naming_it(layout, content):
         _stage(run, data, calls)
     assert str(err.value).startswith(str(marker)) and "\n" not in str(err.value)
     assert len(calls) == 1
+
+
+def test_a_one_rank_stage_runs_in_rank_0_alone_and_the_others_wait_for_its_record(tmp_path, monkeypatch):
+    """Under a launcher of two processes, a ``one_rank`` stage is run by rank 0; rank 1 does not run it and
+    returns once rank 0's record of it is written."""
+    import threading
+
+    out = tmp_path / "model.txt"
+    calls = []
+
+    def write():
+        calls.append(os.environ.get("RANK"))
+        out.write_text("saved")
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    waiting = StageRunner(tmp_path / "stages")
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(ran=waiting.run(
+        "save", write, outputs=[out], params={"k": 1}, one_rank=True)))
+    thread.start()
+    thread.join(timeout=1.5)
+    assert thread.is_alive() and not calls  # rank 1 waits and runs nothing
+    rank0 = StageRunner(tmp_path / "stages")
+    monkeypatch.setenv("RANK", "0")
+    assert rank0.run("save", write, outputs=[out], params={"k": 1}, one_rank=True) is True
+    thread.join(timeout=30)
+    assert not thread.is_alive() and result == {"ran": False} and calls == ["0"]
