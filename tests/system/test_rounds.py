@@ -65,7 +65,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.params: dict = {}
 
-    def run(self, name, fn, *, outputs, inputs=(), params=None) -> bool:
+    def run(self, name, fn, *, outputs, inputs=(), params=None, **how) -> bool:
         self.params[name] = params
         return False
 

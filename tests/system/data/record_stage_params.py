@@ -26,9 +26,9 @@ recorded: dict = {}
 original = StageRunner.run
 
 
-def run(self, name, fn, *, outputs, inputs=(), params=None):
-    recorded[name] = params
-    return original(self, name, fn, outputs=outputs, inputs=inputs, params=params)
+def run(self, name, fn, *, outputs, inputs=(), params=None, **how):
+    recorded[name] = params  # what a stage records; ``how`` (which ranks run it) is not recorded
+    return original(self, name, fn, outputs=outputs, inputs=inputs, params=params, **how)
 
 
 StageRunner.run = run
