@@ -90,8 +90,9 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def instrument(stats: dict) -> None:
-    """Wrap `StageRunner.run` so that every stage that runs records its wall, CPU and peak memory in ``stats``."""
+def instrument(stats: dict, on_stage=lambda: None) -> None:
+    """Wrap `StageRunner.run` so that every stage that runs records its wall, CPU and peak memory in ``stats``
+    (``on_stage`` is called after each: the figures so far reach disk, so a run stopped midway keeps them)."""
     from dpr.stages import StageRunner
 
     real_run = StageRunner.run
@@ -110,6 +111,7 @@ def instrument(stats: dict) -> None:
         if ran:
             stats[name] = box
             log.info("[%s] %s", name, {k: round(v, 1) if isinstance(v, float) else v for k, v in box.items()})
+            on_stage()
         return ran
 
     StageRunner.run = run
@@ -160,11 +162,11 @@ def run_one(args: argparse.Namespace) -> None:
     from dpr.pipeline import run_pipeline
 
     stats: dict = {}
-    instrument(stats)
     overrides = [f"data.name={args.dataset_name}", "data.kind=qa", "data.recipe=none", f"data_dir={args.data_dir}",
                  f"output_dir={args.output_dir}", f"model.name={args.model}", *args.override]
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("pipeline", overrides=overrides)
+    instrument(stats, lambda: write_json_atomic(args.json, {"stages": stats, "overrides": overrides, "complete": False}))
     c0, t0 = _cpu_s(), time.perf_counter()
     with StagePeak() as peak:
         run_pipeline(cfg)
