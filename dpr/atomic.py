@@ -368,3 +368,68 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_paths(paths: Iterable[str | Path]) -> Iterator[list[Path]]:
+    """Temporary paths for several outputs that make one set (`atomic_path` for each, one writer lock each).
+    Nothing is moved unless the block succeeds and every temporary may replace its output; then they are moved
+    in the order given, one rename each, so a failure while writing (a full disk, bad input) leaves the previous
+    set as it was. Give a manifest last (:func:`file_manifest` of the others, checked on read with
+    :func:`check_file_manifest`): a kill between two renames then leaves a set its manifest does not name."""
+    paths = [Path(p) for p in paths]
+    if len({os.path.abspath(p) for p in paths}) != len(paths):
+        raise ValueError(f"one output named twice in {[str(p) for p in paths]}")
+    with contextlib.ExitStack() as stack:
+        # entered last-first: the stack leaves (and renames) the first one first, the manifest last
+        tmps = [stack.enter_context(atomic_path(p)) for p in reversed(paths)][::-1]
+        yield tmps
+        for tmp, path in zip(tmps, paths):  # before any rename: a refusal of the last one changes nothing either
+            _check_swap(tmp, path)
+
+
+def file_manifest(files: Mapping[str, str | Path]) -> dict[str, dict]:
+    """``{name: {"bytes", "sha256"}}`` of small files (read whole): what a set's manifest records of its members
+    (``files``: each member's name as the manifest calls it -> where it is now, e.g. its temporary path)."""
+    return {name: {"bytes": os.path.getsize(p), "sha256": sha256_file(p)} for name, p in files.items()}
+
+
+def check_file_manifest(manifest: str | Path, recorded: Any, directory: str | Path, remedy: str) -> None:
+    """DataError (one line, naming the file) unless each file ``recorded`` names (a :func:`file_manifest` read from
+    ``manifest``) is in ``directory`` with that size and hash: a set whose writer was killed between its renames,
+    or a member copied in from another run. ``recorded`` None: a set written before manifests, taken as it is.
+    ``remedy``: what to run to write the set again."""
+    from dpr.errors import DataError
+
+    if recorded is None:
+        return
+    if not isinstance(recorded, Mapping):
+        raise DataError(manifest, "not a mapping of file names to sizes and hashes", field="files")
+    for name, want in sorted(recorded.items()):
+        path = Path(directory) / str(name)
+        if not path.is_file():
+            raise DataError(path, f"missing, and {Path(manifest).name} names it as part of its output; {remedy}",
+                            field="files")
+        if file_manifest({name: path})[name] != want:
+            raise DataError(path, f"not the file {Path(manifest).name} was written with (the two are from different "
+                            f"runs: one was interrupted, or a file was copied in); {remedy}", field="files")
+
+
+def check_can_write(path: str | Path) -> None:
+    """Before long work: :class:`OutputNotWritableError` (one line naming the directory) unless an output at
+    ``path`` can be written, i.e. the nearest existing directory above it takes a new entry (tried for real: root
+    ignores permission bits, a read-only file system does not); NotADirectoryError when that nearest existing path
+    is a file. The write itself goes aside in ``path``'s directory (:func:`atomic_path`), so the check is there."""
+    path = Path(os.path.abspath(path))
+    probe = path.parent
+    while not os.path.lexists(probe):
+        probe = probe.parent
+    if not os.path.isdir(probe):
+        raise NotADirectoryError(f"{path}: cannot be created, {probe} is not a directory")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".dpr-write-check.", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as err:
+        raise OutputNotWritableError(f"{probe}: cannot write {path.relative_to(probe)} there "
+                                     f"({os.strerror(err.errno).lower() if err.errno else err})") from None

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from dpr.atomic import write_text_atomic
+from dpr.atomic import check_file_manifest, write_text_atomic
 from dpr.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,8 @@ def card_facts(run_dir: str | Path, report: str | Path | None = None) -> dict[st
     rep = _read_json(report_path) if report_path is not None else None
     if rep is not None and (not isinstance(rep, dict) or rep.get("kind") not in ("qa", "qrels")):
         raise DataError(report_path, "not a dpr-eval report (expected kind 'qa' or 'qrels')", field="kind")
+    if rep is not None:  # its report.md and topk.png (copied beside the card) are the ones it was written with
+        check_file_manifest(report_path, rep.get("files"), report_path.parent, "run dpr-eval again to write the report")
     conf = (summary or {}).get("config") or {}
     hydra_cfg = run_dir / ".hydra" / "config.yaml"
     if not conf and hydra_cfg.is_file():  # the composed config dpr-train saved, when the summary lacks it

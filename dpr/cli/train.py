@@ -21,7 +21,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from dpr.bm25.config import register_schema as register_bm25_schema
-from dpr.cli.argv import hydra_argv, refuse_moved, shows_only
+from dpr.cli import hydra_staging
+from dpr.cli.argv import hydra_argv, refuse_moved, shows_only, split_argv
 from dpr.cli.common import CONF_DIR, check_output_dir, lock_run_dir_of_rank0, quiet_interrupt, report_errors
 from dpr.negatives.config import moved_from_train
 from dpr.training.config import register_schema
@@ -112,6 +113,7 @@ def _run(cfg: DictConfig) -> None:
         _locked_run(cfg, out)
     finally:  # refused (also by report_errors' own checks) or failed: this run's pending .hydra/ goes, the
         run_dir.discard_hydra_dir(out)  # finished run's stays (once committed, nothing pending is left)
+        hydra_staging.abandon(out)  # and a run directory Hydra made for a refused run, while empty
 
 
 @report_errors("dpr-train")
@@ -132,6 +134,7 @@ def _checked_start(cfg: DictConfig, out: str) -> None:
     from dpr.models.biencoder import BiEncoderConfig
 
     check_config(cfg, SCHEMAS["train"])
+    hydra_staging.check_log(out)
     check_steps(cfg)
     model_cfg = BiEncoderConfig.from_dict(plain(cfg.model))  # the model keys' ranges
     check_trainable_dtype(model_cfg.dtype, model_cfg.lora)  # bf16 weights train only as LoRA
@@ -143,8 +146,9 @@ def _checked_start(cfg: DictConfig, out: str) -> None:
     conf["output_dir"] = out
     state = run_dir.prepare_run_dir(out, conf, overwrite=bool(cfg.get("overwrite", False)),
                                     data=run_dir.data_fingerprints(train_file, paths.dev))
+    run_dir.commit_hydra_dir(out)  # a sweep job's pending .hydra/ (inside its directory)
+    hydra_staging.commit(out)  # a single run's log and .hydra/ (staged outside it)
     log.info("run directory %s: %s", out, state)
-    run_dir.commit_hydra_dir(out)
 
 
 def _train(cfg: DictConfig, hc, out: str) -> None:
@@ -174,17 +178,21 @@ def _warn_about_the_data(cfg: DictConfig) -> None:
                     cfg.data.name, cfg.data_dir)
 
 
-def _quiet_nonzero_rank(argv: list[str]) -> list[str]:
+def _quiet_nonzero_rank(argv: list[str], stage: bool = False) -> list[str]:
     """The command line for Hydra (:func:`dpr.cli.argv.hydra_argv`: overrides and Hydra's flags in any order).
 
     torchrun ranks > 0: no run dir, no ``.hydra/``, console logging only (rank 0 writes the outputs).
-    Rank 0: Hydra writes its ``.hydra/`` to ``.hydra.pending/`` first, committed once the run directory
-    checks pass (`dpr.run_dir`), unless the user chose ``hydra.output_subdir`` themselves.
+    Rank 0 of a single run: Hydra's log and ``.hydra/`` go to a staging directory outside the run directory,
+    moved in once the run's checks pass (`dpr.cli.hydra_staging`); of a sweep: each job's ``.hydra/`` goes to
+    ``.hydra.pending/`` first, committed the same way (`dpr.run_dir`); unless the user chose Hydra's logging or
+    ``hydra.output_subdir`` themselves. ``stage``: False for a command line Hydra only prints (``--cfg``...).
     """
     if int(os.environ.get("RANK", "0")) == 0:
         from dpr.run_dir import pending_hydra_name
 
-        return hydra_argv(argv, {"hydra.output_subdir": pending_hydra_name()})
+        overrides, flags = split_argv(argv[1:])
+        staged = hydra_staging.stage_overrides(overrides, flags) if stage else None
+        return hydra_argv(argv, staged or {"hydra.output_subdir": pending_hydra_name()})
     return hydra_argv(argv, {"hydra.run.dir": ".", "hydra.output_subdir": "null", "hydra/job_logging": "stdout"})
 
 
@@ -208,10 +216,14 @@ def _check_output_dir(argv: list[str]) -> None:
 @quiet_interrupt("dpr-train")
 def main() -> None:
     refuse_moved(sys.argv, MOVED)
-    sys.argv = _quiet_nonzero_rank(sys.argv)
-    if int(os.environ.get("RANK", "0")) == 0 and not shows_only(sys.argv):
+    runs = not shows_only(sys.argv)
+    if int(os.environ.get("RANK", "0")) == 0 and runs:
         _check_output_dir(sys.argv)
-    _run()
+    try:
+        sys.argv = _quiet_nonzero_rank(sys.argv, stage=runs)
+        _run()
+    finally:
+        hydra_staging.discard()
 
 
 if __name__ == "__main__":

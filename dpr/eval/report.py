@@ -1,4 +1,5 @@
-"""Side-by-side evaluation of retrieval systems: ``report.json``, ``report.md`` and ``topk.png``.
+"""Side-by-side evaluation of retrieval systems: ``report.json``, ``report.md`` and ``topk.png``, one set (written
+aside, moved in with report.json last naming the other two; :func:`read_report` checks them).
 
 QA data (DPR results JSON): top-k accuracy with has_answer recomputed, bootstrap CIs, paired tests and
 the overlap of questions hit at k=20. Qrels data (TREC runs): nDCG@10, MRR@10, Recall@10/100 with CIs
@@ -8,6 +9,7 @@ and paired tests.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections import defaultdict, deque
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from dpr.atomic import write_json_atomic, write_text_atomic
+from dpr.atomic import atomic_paths, check_file_manifest, file_manifest
 from dpr.errors import DataError
 from dpr.eval import stats
 from dpr.eval.plot import plot_curves
@@ -31,6 +33,7 @@ UPPER_BOUND_NOTE = (
     "It bounds a reader's exact match: a reader that reads k passages can only answer what is in them."
 )
 OVERLAP_K = 20
+REPORT_FILE, MARKDOWN_FILE, PLOT_FILE = "report.json", "report.md", "topk.png"
 RECALL_CURVE_KS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500, 1000)
 
 
@@ -146,6 +149,8 @@ def evaluate_qa(
     if not ks or ks[0] < 1:
         raise ValueError(f"ks must be positive integers, got {ks}")
     paths = {name: Path(p) for name, p in results_by_system.items()}
+    for path in paths.values():
+        check_results_set(path)
     loaded = {name: (path, read_results(path)) for name, path in paths.items()}
     aligned = align_questions(loaded)
     num_questions = len(next(iter(aligned.values())))
@@ -189,10 +194,9 @@ def evaluate_qa(
         "note": UPPER_BOUND_NOTE,
         "notes": dict(notes or {}),
     }
-    _write(report, output_dir, render_qa_markdown(report),
-           {n: {k: float(hits[n][:, j].mean()) for j, k in enumerate(ks)} for n in hits},
-           ylabel="top-k accuracy")
-    return report
+    return _write(report, output_dir, render_qa_markdown(report),
+                  {n: {k: float(hits[n][:, j].mean()) for j, k in enumerate(ks)} for n in hits},
+                  ylabel="top-k accuracy")
 
 
 def evaluate_qrels(
@@ -213,6 +217,8 @@ def evaluate_qrels(
         raise ValueError("no run files to evaluate")
     qrels = read_qrels(qrels_path)
     paths = {name: Path(p) for name, p in runs_by_system.items()}
+    for path in paths.values():
+        check_results_set(path)
     runs = {name: read_trec_run(path) for name, path in paths.items()}
     ref_name = next(iter(runs))
     for name, run in runs.items():
@@ -248,8 +254,7 @@ def evaluate_qrels(
                 "Queries are those of the qrels file.",
         "notes": dict(notes or {}),
     }
-    _write(report, output_dir, render_qrels_markdown(report), curves, ylabel="Recall@k")
-    return report
+    return _write(report, output_dir, render_qrels_markdown(report), curves, ylabel="Recall@k")
 
 
 def add_reader(report: dict, reader: Mapping[str, Any], details: Mapping[str, Any], output_dir: str | Path) -> dict:
@@ -259,17 +264,53 @@ def add_reader(report: dict, reader: Mapping[str, Any], details: Mapping[str, An
     report = {**report, "reader": dict(reader), "notes": {**report.get("notes", {}), "reader": dict(details)}}
     curves = {n: {int(k): v for k, v in s["top_k"].items()} for n, s in report["systems"].items()}
     em_curves = {f"{n} reader EM": {int(k): v["em"] for k, v in per_k.items()} for n, per_k in reader["systems"].items()}
-    _write(report, output_dir, render_qa_markdown(report), {**curves, **em_curves},
-           ylabel="top-k accuracy; reader EM (dashed)", dashed=set(em_curves))
-    return report
+    return _write(report, output_dir, render_qa_markdown(report), {**curves, **em_curves},
+                  ylabel="top-k accuracy; reader EM (dashed)", dashed=set(em_curves))
 
 
 def _write(report: dict, output_dir: str | Path, markdown: str, curves: Mapping[str, Mapping[int, float]],
-           ylabel: str, dashed: Iterable[str] = ()) -> None:
+           ylabel: str, dashed: Iterable[str] = ()) -> dict:
+    """The report's three files as one set (`dpr.atomic.atomic_paths`): all written aside, then moved in with
+    report.json last, naming the other two by size and hash (``files``; :func:`read_report` checks them).
+    Returns the report as written (with ``files``)."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plot_curves(curves, out / "topk.png", ylabel=ylabel, dashed=dashed)
-    write_text_atomic(out / "report.md", markdown)
-    # report.json last: its presence means the whole report is there.
-    write_json_atomic(out / "report.json", report)
+    with atomic_paths([out / PLOT_FILE, out / MARKDOWN_FILE, out / REPORT_FILE]) as (png, md, js):
+        plot_curves(curves, png, ylabel=ylabel, dashed=dashed)
+        md.write_text(markdown, encoding="utf-8")
+        body = {**report, "files": file_manifest({PLOT_FILE: png, MARKDOWN_FILE: md})}
+        with open(js, "w", encoding="utf-8") as f:
+            json.dump(body, f, ensure_ascii=False, indent=2)
+            f.write("\n")
     log.info("report written to %s", out)
+    return body
+
+
+def read_report(path: str | Path) -> dict:
+    """A ``report.json`` whose report.md and topk.png are the ones it was written with (one line naming the file
+    otherwise: a dpr-eval killed between its moves, or a file copied in from another report)."""
+    path = Path(path)
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise DataError(path, f"invalid JSON: {err.msg}", line=err.lineno) from None
+    if not isinstance(report, dict) or report.get("kind") not in ("qa", "qrels"):
+        raise DataError(path, "not a dpr-eval report (expected kind 'qa' or 'qrels')", field="kind")
+    check_file_manifest(path, report.get("files"), path.parent, "run dpr-eval again to write the report")
+    return report
+
+
+def check_results_set(path: str | Path) -> None:
+    """A results file or TREC run written as one set with a stats file (``dpr-rerank score``'s
+    ``<stem>.stats.json``, the pipeline's ``stats.json``) is refused in one line unless every file of the set is
+    the one that stats file names: a writer killed between its moves leaves a new list beside old stats."""
+    path = Path(path)
+    for stats in (path.with_name(path.stem + ".stats.json"), path.with_name("stats.json")):
+        try:
+            body = json.loads(stats.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # no stats beside it, or not ours
+            continue
+        files = body.get("files") if isinstance(body, dict) else None
+        if isinstance(files, dict) and path.name in files:
+            check_file_manifest(stats, files, path.parent, "rerank it again (dpr-rerank score, or the pipeline's "
+                                "rerank stage) to write the set")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from dpr.atomic import write_json_atomic
+from dpr.atomic import atomic_paths, file_manifest, write_json_atomic
 from dpr.eval.ranking import results_metrics
 from dpr.rerank.config import RerankScoreConfig
 from dpr.rerank.model import load_cross_encoder
@@ -35,6 +35,17 @@ def stats_path(output: str | Path) -> Path:
     return output.with_name(output.stem + ".stats.json")
 
 
+def write_reranked_set(records: list[dict], json_out: Path, trec_out: Path | None, stats_out: Path, stats: dict,
+                       tag: str = "rerank") -> None:
+    """The reranked list (JSON, and the TREC run when ``trec_out``) and its stats as one set
+    (`dpr.atomic.atomic_paths`): written aside, moved in with the stats last, which name the lists by size and
+    hash (``files``; `dpr.eval.report.check_results_set` checks them before a list is evaluated)."""
+    lists = [json_out, *([trec_out] if trec_out is not None else [])]
+    with atomic_paths([*lists, stats_out]) as tmps:
+        write_reranked(records, tmps[0], tmps[1] if trec_out is not None else None, tag=tag)
+        write_json_atomic(tmps[-1], {**stats, "files": file_manifest({p.name: t for p, t in zip(lists, tmps)})})
+
+
 def _metric_name(qrels: Mapping | None) -> str:
     return "ndcg@10" if qrels is not None else "mrr"
 
@@ -45,7 +56,8 @@ def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | P
                 passages: Any = None, qrels: Mapping[str, Mapping[str, int]] | None = None,
                 **score_fields: Any) -> dict:
     """Rerank ``results_path`` into ``output`` (DPR results JSON; ``.trec``: a TREC run, with the JSON beside
-    it as ``<stem>.json``) and write its stats beside it (:func:`stats_path`); returns the stats: timings,
+    it as ``<stem>.json``) and write its stats beside it (:func:`stats_path`), the three as one set
+    (:func:`write_reranked_set`); returns the stats: timings,
     the weight used and, with answers or ``qrels``, the metrics before and after (and per grid weight).
 
     ``score``: how (the top ``k``, ``batch_size``, ``precision``, ``max_questions``: `RerankScoreConfig`, ``rerank.score``;
@@ -90,8 +102,8 @@ def rerank_file(model_dir: str | Path, results_path: str | Path, output: str | P
     if measured:
         stats["metric"] = metric
         stats["before"], stats["after"] = metrics(records), metrics(out)
-    write_reranked(out, json_out, trec_out)
-    write_json_atomic(stats_path(output), {"results": str(results_path), "cross_encoder": str(model_dir), **stats})
+    write_reranked_set(out, json_out, trec_out, stats_path(output),
+                       {"results": str(results_path), "cross_encoder": str(model_dir), **stats})
     log.info("reranked %d questions (top %d, weight %g) in %.1f s: %.3f s per question", len(records), k,
              stats["weight"], seconds, stats["seconds_per_question"])
     return stats

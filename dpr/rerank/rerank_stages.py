@@ -227,7 +227,8 @@ def _rerank_test(job: _Reranking, name: str, test: Path, k: int, weight: float, 
                  before: tuple[tuple[Path, int, float | None], ...]) -> None:
     from dpr.data.results import read_results
     from dpr.rerank.model import load_cross_encoder
-    from dpr.rerank.runs import known_pairs, timed_rerank, write_reranked
+    from dpr.rerank.rerank_file import write_reranked_set
+    from dpr.rerank.runs import known_pairs, timed_rerank
 
     s = job.tcfg.rerank.score
     model, tok, settings = load_cross_encoder(job.tdir)
@@ -242,5 +243,5 @@ def _rerank_test(job: _Reranking, name: str, test: Path, k: int, weight: float, 
         rates = [r for _, _, r in before if r]
         rate = sum(rates) / max(1, len(rates))
         stats["seconds_per_question"] = round(rate * stats["pairs"] / max(1, stats["questions"]), 5)
-    write_reranked(recs, files.json, files.trec if job.qrels_data else None, tag=f"{name}_rerank{k}")
-    write_json_atomic(files.stats, {**stats, "first_stage": str(test)})
+    write_reranked_set(recs, files.json, files.trec if job.qrels_data else None, files.stats,
+                       {**stats, "first_stage": str(test)}, tag=f"{name}_rerank{k}")

@@ -1,0 +1,138 @@
+"""``dpr-train``'s Hydra files (its log and ``.hydra/``) stay out of the run directory until the run's checks pass.
+
+Hydra opens ``<run dir>/train.log`` and writes ``<run dir>/.hydra/`` before any code of the command runs. A run
+that its checks then refuse (a file of the user's inside the directory, a finished run with other settings, a run
+directory in use) would leave both behind in a directory whose refusal says nothing was changed. So rank 0 of a
+single run points them at a staging directory of its own under the system's temporary directory
+(:func:`stage_overrides`); once every check has passed, :func:`commit` moves them into the run directory (the log
+goes on being written there, appended to a resumed run's log); otherwise :func:`discard` drops them, and a run
+directory that Hydra created for the refused run is removed while it is empty. A multirun, or a user who chose
+Hydra's logging or ``hydra.output_subdir`` themselves, keeps Hydra's own placement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+from dpr.atomic import OutputConflictError, atomic_path
+
+HYDRA_DIR = ".hydra"
+# Keys, Hydra flags and config groups after which Hydra's own placement is kept (the user chose it, or a sweep
+# writes one directory per job).
+_USER_CHOSEN = ("hydra.output_subdir", "hydra.job_logging", "hydra/job_logging", "hydra.mode", "hydra.job.name")
+_MULTIRUN_FLAGS = ("-m", "--multirun")
+# the first line of a log written by Hydra's default logging: "[2026-01-31 12:00:00,123][logger][LEVEL] - ..."
+_LOG_LINE = re.compile(rb"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[")
+LOG_NAME = "train.log"  # ${hydra.job.name}.log of conf/train.yaml (hydra.job.name: train)
+
+
+@dataclasses.dataclass
+class _Staged:
+    stage: Path  # the staging directory (outside the run directory)
+    target: Path | None  # output_dir as typed, made absolute; None when not given plainly (the default)
+    existed: bool  # whether ``target`` was there before Hydra started
+    committed: bool = False
+
+
+_current: _Staged | None = None
+
+
+def _keys(overrides: Iterable[str]) -> set[str]:
+    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+
+
+def applies(overrides: Iterable[str], flags: Iterable[str]) -> bool:
+    """Whether this command line's Hydra files can be staged (see the module notes)."""
+    if any(f.partition("=")[0] in _MULTIRUN_FLAGS for f in flags):
+        return False
+    return not any(k == c or k.startswith(c + ".") for k in _keys(overrides) for c in _USER_CHOSEN)
+
+
+def stage_overrides(overrides: list[str], flags: list[str]) -> dict[str, str] | None:
+    """Hydra overrides that send its log and ``.hydra/`` to a fresh staging directory (made here), or None where
+    staging does not apply (:func:`applies`) or the directory's path cannot be written as an override value."""
+    global _current
+    if not applies(overrides, flags):
+        return None
+    stage = Path(tempfile.mkdtemp(prefix="dpr-train-hydra-"))
+    if any(c in str(stage) for c in "'\\"):  # not quotable in Hydra's override grammar
+        shutil.rmtree(stage, ignore_errors=True)
+        return None
+    given = [o.split("=", 1)[1] for o in overrides if "=" in o and _keys([o]) & {"output_dir", "hydra.run.dir"}]
+    target = Path(os.path.abspath(given[-1])) if given and "${" not in given[-1] else None
+    _current = _Staged(stage, target, target is not None and os.path.lexists(target))
+    return {"hydra.output_subdir": f"'{stage / HYDRA_DIR}'",
+            "hydra.job_logging.handlers.file.filename": f"'{stage / LOG_NAME}'"}
+
+
+def check_log(run_dir: str | Path) -> None:
+    """OutputConflictError when ``<run dir>/train.log`` is a file of the user's (not a log Hydra wrote): the run's
+    log would be appended to it."""
+    path = Path(run_dir) / LOG_NAME
+    if _current is None or not path.is_file() or path.is_symlink():
+        return
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if head.strip() and not _LOG_LINE.match(head):
+        raise OutputConflictError(path, "is not a log dpr-train wrote, and the run appends its log to it (your own "
+                                  "file?)")
+
+
+def _move_log(src: Path, dst: Path) -> None:
+    """Append the staged log to ``dst`` and point the handler writing it there (under the handler's lock, so no
+    record is lost between the copy and the switch)."""
+    handlers = [h for h in logging.getLogger().handlers
+                if isinstance(h, logging.FileHandler) and Path(h.baseFilename) == src]
+    with contextlib.ExitStack() as stack:
+        for h in handlers:
+            h.acquire()
+            stack.callback(h.release)
+            h.flush()
+        if src.is_file():
+            with open(src, "rb") as f, open(dst, "ab") as out:
+                shutil.copyfileobj(f, out)
+        for h in handlers:
+            h.baseFilename = str(dst)
+            if h.stream is not None:  # opened (Hydra's handler is not delayed): reopen at the new place
+                h.setStream(open(dst, "a", encoding=h.encoding, errors=h.errors)).close()
+
+
+def commit(run_dir: str | Path) -> None:
+    """The run's checks passed: its ``.hydra/`` replaces the run directory's (atomically) and its log goes on in
+    ``<run dir>/train.log``. Nothing when nothing was staged."""
+    if _current is None or _current.committed:
+        return
+    run_dir = Path(run_dir)
+    staged_hydra = _current.stage / HYDRA_DIR
+    if staged_hydra.is_dir():
+        with atomic_path(run_dir / HYDRA_DIR) as tmp:
+            shutil.copytree(staged_hydra, tmp)
+    _move_log(_current.stage / LOG_NAME, run_dir / LOG_NAME)
+    _current.committed = True
+
+
+def abandon(run_dir: str | Path) -> None:
+    """The run was refused or failed before :func:`commit`: the run directory Hydra made for it goes if empty."""
+    if _current is None or _current.committed:
+        return
+    run_dir = Path(run_dir)
+    made_by_hydra = not _current.existed if _current.target is not None else True  # the default: a new dir
+    if made_by_hydra and (_current.target is None or run_dir == _current.target):
+        with contextlib.suppress(OSError):  # not empty: the run wrote there (or it is not ours to remove)
+            run_dir.rmdir()
+
+
+def discard() -> None:
+    """The command ends: the staging directory goes (after :func:`commit` it holds only copies)."""
+    global _current
+    if _current is not None:
+        shutil.rmtree(_current.stage, ignore_errors=True)
+        _current = None
