@@ -8,6 +8,15 @@ fingerprint relative to it, so a run directory moved (``mv``, or copied keeping 
 or named another way (relative against absolute) is still up to date; inputs elsewhere (the dataset) count by
 their own path. Markers written before that rule (whole paths) are still recognised, and rewritten in the new
 form the first time they are checked.
+
+A marker also records what the stage wrote (``outputs``: per output, a hash of the size and mtime of the file, or
+of every file below the directory, dot-files aside). A stage whose inputs and parameters are unchanged but whose
+outputs were since rewritten by something else (``dpr-train overwrite=true output_dir=<a pipeline's model/>``) is
+neither called up to date nor run over: `StageOutputsChanged` names the output, in one line, before anything of it
+is touched; removing it runs the stage again. A stage whose inputs or parameters changed runs and replaces its
+outputs, as always. Markers written before outputs were recorded are accepted as they are and gain the record the
+first time a single process finds them up to date. Under a launcher of several processes, a stage that every rank
+runs records no outputs (each rank writes them, so no one process knows which copy is the last).
 """
 
 from __future__ import annotations
@@ -64,6 +73,36 @@ def fingerprint(params: Any, inputs: Iterable[str | Path], root: str | Path | No
     return hashlib.sha256(_relative(blob, forms).encode()).hexdigest()
 
 
+def output_state(path: Path) -> str:
+    """What a stage's output holds, cheaply: a hash of the size and mtime of the file, or of every file below the
+    directory (by its path inside it, so a moved run keeps it; dot-files, which locks and temporary files are, left
+    out). Any rewrite changes it; a copy keeping mtimes (``cp -a``) does not."""
+    stats = _stat(path)
+    if path.is_dir():
+        stats = [s for s in stats if not any(part.startswith(".") for part in Path(s[0]).parts)]
+    return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:32]
+
+
+def _place(outputs: list[Path], root: Path, changed: Path) -> Path:
+    """What a refusal names: the directory holding all of a stage's outputs (a model's marker file and its tower)
+    where that is a folder of the run directory, else the changed output itself."""
+    if len(outputs) > 1:
+        common = Path(os.path.commonpath([os.path.abspath(p) for p in outputs]))
+        run = Path(os.path.abspath(root))
+        if common != run and run in common.parents and common not in {Path(os.path.abspath(p)) for p in outputs}:
+            return common
+    return changed
+
+
+class StageOutputsChanged(DataError):
+    """A stage's output rewritten by something else since the stage recorded it (module doc)."""
+
+
+def _several_processes(one_rank: bool) -> bool:
+    """True where every rank of a launch runs this stage (each writes its outputs)."""
+    return not one_rank and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def _read_marker(marker: Path) -> dict:
     """A stage's marker; one that is not a JSON object is a `DataError` naming it (markers are written atomically,
     so only a hand edit breaks one: deleting it runs the stage again)."""
@@ -106,18 +145,9 @@ class StageRunner:
         root = Path(self.state_dir).parent
         if one_rank and int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0:
             return self._wait_for(name, marker, outputs, params, inputs, root)
-        want = fingerprint(params, inputs, root)
-        if not self.force and marker.exists() and all(p.exists() for p in outputs):
-            recorded = _read_marker(marker)
-            if recorded.get("fingerprint") not in (want, None) and \
-                    recorded["fingerprint"] == fingerprint(params, inputs):  # an earlier release's marker
-                recorded["fingerprint"] = want
-                write_json_atomic(marker, recorded)
-            if recorded.get("fingerprint") == want:
-                log.info("[%s] up to date, skipping (outputs: %s)", name, ", ".join(map(str, outputs)))
-                self.skipped.append(name)
-                self.timings.setdefault(name, recorded.get("seconds", 0.0))
-                return False
+        if not self.force and marker.exists() and all(p.exists() for p in outputs) and \
+                self._up_to_date(name, marker, outputs, fingerprint(params, inputs, root), params, inputs, one_rank):
+            return False
         log.info("[%s] running", name)
         start = time.perf_counter()
         fn()
@@ -126,9 +156,45 @@ class StageRunner:
         if missing:
             raise RuntimeError(f"stage {name} finished without writing {missing}")
         # Outputs may be inputs of this stage too (mining rewrites train.json): fingerprint after the run.
-        write_json_atomic(marker, {"fingerprint": fingerprint(params, inputs, root), "seconds": seconds})
+        record = {"fingerprint": fingerprint(params, inputs, root), "seconds": seconds}
+        if not _several_processes(one_rank):
+            record["outputs"] = self._output_states(outputs)
+        write_json_atomic(marker, record)
         self.timings[name] = seconds
         log.info("[%s] done in %.1f s", name, seconds)
+        return True
+
+    def _output_states(self, outputs: list[Path]) -> dict[str, str]:
+        """Each output's `output_state`, keyed by its path (relative to the run directory where inside it)."""
+        forms = _run_forms(Path(self.state_dir).parent)
+        return {_relative(str(p), forms): output_state(p) for p in outputs}
+
+    def _up_to_date(self, name: str, marker: Path, outputs: list[Path], want: str, params: Any,
+                    inputs: list[Path], one_rank: bool) -> bool:
+        """Whether the recorded stage ``name`` is current (its fingerprint ``want``); then it is logged as skipped.
+        Raises `StageOutputsChanged` when it is current but an output is not what it wrote."""
+        recorded = _read_marker(marker)
+        if recorded.get("fingerprint") not in (want, None) and \
+                recorded["fingerprint"] == fingerprint(params, inputs):  # an earlier release's marker
+            recorded["fingerprint"] = want
+            write_json_atomic(marker, recorded)
+        if recorded.get("fingerprint") != want:
+            return False
+        wrote = recorded.get("outputs")
+        if isinstance(wrote, dict):
+            forms = _run_forms(Path(self.state_dir).parent)
+            for p in outputs:
+                key = _relative(str(p), forms)
+                if key in wrote and wrote[key] != output_state(p):
+                    place = _place(outputs, Path(self.state_dir).parent, p)
+                    raise StageOutputsChanged(place, f"rewritten by something else since the pipeline's stage {name} "
+                                              "wrote it; nothing was changed: remove it to run the stage again (or "
+                                              "force=true to run every stage again), or give another output_dir")
+        elif not _several_processes(one_rank):  # a marker from before outputs were recorded: recorded from now on
+            write_json_atomic(marker, {**recorded, "outputs": self._output_states(outputs)})
+        log.info("[%s] up to date, skipping (outputs: %s)", name, ", ".join(map(str, outputs)))
+        self.skipped.append(name)
+        self.timings.setdefault(name, recorded.get("seconds", 0.0))
         return True
 
     def _wait_for(self, name: str, marker: Path, outputs: list[Path], params: Any, inputs: list[Path],
