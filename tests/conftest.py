@@ -24,6 +24,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
 
+# which tests are slow comes from their measured durations (tests/durations.json), not from a hand-kept list
+pytest_plugins = ["tests.durations"]
+
 
 CI = os.environ.get("CI") == "true"
 
