@@ -27,12 +27,12 @@ Under torchrun each rank encodes shards ``i % world_size == rank`` (no process g
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -41,6 +41,7 @@ from dpr.checks import INT32_MAX, MAX_BATCH, MAX_SHARDS, check_int, check_max_le
 from dpr.encode_config import EncodeConfig
 from dpr.index.shard_manifest import (common_manifest, expected_manifest, is_finished, refuse_mixed, remove_other_runs,
                                       remove_temps)
+from dpr.index.shard_alloc import open_vectors, reserve_space  # noqa: F401 - reserve_space: dpr.encode's API
 from dpr.index.shards import ShardFiles, commit_shard, shard_range, shards_for_rank
 
 log = logging.getLogger(__name__)
@@ -117,55 +118,89 @@ def encode_corpus(
     """
     from dpr.data.passages import load_passages
 
-    cfg = EncodeConfig() if config is None else config
-    # locals: quantize, weights, compile, runtime and autocast are resolved below ("auto" → what it means here)
-    batch_size, dtype, autocast, quantize, runtime, device = (cfg.batch_size, cfg.dtype, cfg.autocast, cfg.quantize,
-                                                              cfg.runtime, cfg.device)
-    max_length, chunk_size, weights, compile, length_sort = (cfg.max_length, cfg.chunk_size, cfg.weights, cfg.compile,
-                                                             cfg.length_sort)
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    check_int("batch_size", batch_size, 1, MAX_BATCH)
-    check_int("chunk_size", chunk_size, 1, INT32_MAX)
-    check_int("num_shards", num_shards, 1, MAX_SHARDS)
-    check_optional_int("shard_id", shard_id, 0, int(num_shards) - 1, f" (num_shards={num_shards})")
-    check_max_length(max_length)  # the model's own bound once it is loaded, before anything is encoded
-    from dpr.index.fingerprint import model_dim
-    from dpr.models.truncate import check_dim, truncate
-
-    # the model's size from its JSON files (a hub name: checked again once loaded, still before any encoding)
-    truncate_dim = check_dim(cfg.dim, model_dim(model_path), f"the model {model_path}")
-    from dpr.models.inference import check_length_sort
-
-    check_length_sort(length_sort)
-    from dpr.distributed import check_device
-
-    device = check_device(device)  # the one device rule's key, checked once: auto/null is the rule (None)
-    from dpr.models.compile import compile_tower, require_compile, resolve_compile
-    from dpr.models.onnx_runtime import require_onnxruntime, resolve_runtime
-    from dpr.models.quantize import quantize_for_inference, resolve_quantize
-    from dpr.models.weights import cast_weights, inference_autocast, resolve_weights
-
-    quantize = resolve_quantize(quantize)  # validated before any work; the device is checked once known
-    weights = resolve_weights(weights, device, autocast, quantize, str(runtime or "torch").lower())
-    compile = resolve_compile(compile, runtime, quantize)
-    if compile and str(runtime or "auto").lower() == "auto":
-        runtime = "torch"  # the compile lever is torch's: auto must not pick ONNX Runtime under it
-    # auto: onnx for fp32 on an AVX-512 CPU (bf16 weights are no fp32 encode)
-    runtime = resolve_runtime(runtime, device, autocast if weights == "fp32" else "bf16", quantize)
-    if runtime == "onnx":
-        require_onnxruntime()  # an explicit onnx on an install without it: one line, before any work
+    settings = _resolve_settings(EncodeConfig() if config is None else config, model_path, num_shards, shard_id)
     todo_ids = assigned_shards(int(num_shards), shard_id)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     remove_other_runs(out, int(num_shards))
-    refuse_mixed(out, int(num_shards), {"weights": weights, "compile": compile, "truncate_dim": truncate_dim})
+    refuse_mixed(out, int(num_shards), {"weights": settings.weights, "compile": settings.compile,
+                                        "truncate_dim": settings.truncate_dim})
     passages_path = Path(passages_path)
     ds = load_passages(passages_path, cache_dir=cache_dir)
-    total = len(ds)
-    common = common_manifest(model_path, passages_path, total, dtype, max_length, quantize, runtime, weights, compile,
-                             truncate_dim)
+    cfg = settings.cfg
+    common = common_manifest(model_path, passages_path, len(ds), cfg.dtype, cfg.max_length, settings.quantize,
+                             settings.runtime, settings.weights, settings.compile, settings.truncate_dim)
+    pending = _pending_shards(out, todo_ids, len(ds), num_shards, common)
+    if not pending:
+        log.info("all %d assigned shard(s) already encoded in %s", len(todo_ids), out)
+        return out
+    encoder = _load_encoder(model_path, settings, common["model_fingerprint"], cache_dir)
+    for shard in pending:
+        _encode_shard(ds, encoder, shard, num_shards, progress)
+    return out
 
+
+@dataclass(frozen=True)
+class _Settings:
+    """An `EncodeConfig` checked, with its "auto" levers resolved for this machine (what the manifests record)."""
+
+    cfg: EncodeConfig  # as given: batch_size, dtype, max_length, chunk_size, length_sort, autocast
+    device: str | None  # checked; None: the one device rule
+    quantize: str
+    weights: str
+    compile: bool
+    runtime: str
+    truncate_dim: int | None  # Matryoshka size, None: the model's full vectors
+
+
+def _resolve_settings(cfg: EncodeConfig, model_path: str | Path, num_shards: int, shard_id: int | None) -> _Settings:
+    """Every setting checked, in this order, before any work (one-line ValueError/TypeError), and the levers'
+    "auto" resolved: quantize, weights, compile, then the runtime they leave."""
+    if cfg.dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {cfg.dtype!r}")
+    check_int("batch_size", cfg.batch_size, 1, MAX_BATCH)
+    check_int("chunk_size", cfg.chunk_size, 1, INT32_MAX)
+    check_int("num_shards", num_shards, 1, MAX_SHARDS)
+    check_optional_int("shard_id", shard_id, 0, int(num_shards) - 1, f" (num_shards={num_shards})")
+    check_max_length(cfg.max_length)  # the model's own bound once it is loaded, before anything is encoded
+    from dpr.distributed import check_device
+    from dpr.index.fingerprint import model_dim
+    from dpr.models.compile import resolve_compile
+    from dpr.models.inference import check_length_sort
+    from dpr.models.onnx_runtime import require_onnxruntime, resolve_runtime
+    from dpr.models.quantize import resolve_quantize
+    from dpr.models.truncate import check_dim
+    from dpr.models.weights import resolve_weights
+
+    # the model's size from its JSON files (a hub name: checked again once loaded, still before any encoding)
+    truncate_dim = check_dim(cfg.dim, model_dim(model_path), f"the model {model_path}")
+    check_length_sort(cfg.length_sort)
+    device = check_device(cfg.device)  # the one device rule's key, checked once: auto/null is the rule (None)
+    quantize = resolve_quantize(cfg.quantize)  # validated before any work; the device is checked once known
+    weights = resolve_weights(cfg.weights, device, cfg.autocast, quantize, str(cfg.runtime or "torch").lower())
+    compile = resolve_compile(cfg.compile, cfg.runtime, quantize)
+    runtime = cfg.runtime
+    if compile and str(runtime or "auto").lower() == "auto":
+        runtime = "torch"  # the compile lever is torch's: auto must not pick ONNX Runtime under it
+    # auto: onnx for fp32 on an AVX-512 CPU (bf16 weights are no fp32 encode)
+    runtime = resolve_runtime(runtime, device, cfg.autocast if weights == "fp32" else "bf16", quantize)
+    if runtime == "onnx":
+        require_onnxruntime()  # an explicit onnx on an install without it: one line, before any work
+    return _Settings(cfg, device, quantize, weights, compile, runtime, truncate_dim)
+
+
+class _Shard(NamedTuple):
+    """One shard to encode: its number, passage rows ``[start, end)``, files and the manifest it will match."""
+
+    i: int
+    start: int
+    end: int
+    files: ShardFiles
+    expected: dict
+
+
+def _pending_shards(out: Path, todo_ids: list[int], total: int, num_shards: int, common: dict) -> list[_Shard]:
+    """The assigned shards not yet finished with this manifest (`is_finished`); the finished ones are logged."""
     pending = []
     for i in todo_ids:
         start, end = shard_range(total, i, num_shards)
@@ -174,116 +209,111 @@ def encode_corpus(
         if is_finished(files, expected):
             log.info("shard %d/%d already encoded (%s): skipped", i, num_shards, files.manifest.name)
             continue
-        pending.append((i, start, end, files, expected))
-    if not pending:
-        log.info("all %d assigned shard(s) already encoded in %s", len(todo_ids), out)
-        return out
+        pending.append(_Shard(i, start, end, files, expected))
+    return pending
 
+
+@dataclass(frozen=True)
+class _Encoder:
+    """The loaded passage tower and what each shard's vectors are made with."""
+
+    model: Any
+    tokenizer: Any
+    options: Any  # dpr.models.EncodeOptions of every chunk
+    model_path: str | Path
+    dtype: str  # storage type of the vectors
+    chunk_size: int
+    truncate_dim: int | None
+    dim: int  # stored vector size
+    normalized: bool  # cosine model: unit vectors
+    sizes: dict  # {"model_dim": full size} beside a truncated one, else empty
+
+
+def _load_encoder(model_path: str | Path, s: _Settings, fingerprint: str, cache_dir: str | Path | None) -> _Encoder:
+    """The passage tower on its device with the resolved levers (quantize, weights, compile, ONNX runner), its
+    sizes checked against ``max_length`` and ``dim``."""
     import torch
 
     from dpr.distributed import device as default_device
-    from dpr.models import EncodeOptions, iter_encode_batches, load_biencoder
+    from dpr.models import EncodeOptions, load_biencoder
+    from dpr.models.compile import compile_tower, require_compile
+    from dpr.models.quantize import quantize_for_inference
+    from dpr.models.truncate import check_dim
+    from dpr.models.weights import cast_weights, inference_autocast
 
-    dev = torch.device(device) if device else torch.device("cpu") if runtime == "onnx" else default_device()
-    if compile:
+    cfg = s.cfg
+    dev = torch.device(s.device) if s.device else torch.device("cpu") if s.runtime == "onnx" else default_device()
+    if s.compile:
         require_compile(dev)  # no C++ compiler for inductor: one line now, not a traceback in the first batch
     model, tokenizer = load_biencoder(str(model_path))
-    check_max_length(max_length, model.passage_encoder)
+    check_max_length(cfg.max_length, model.passage_encoder)
     model.to(dev)
-    model = cast_weights(quantize_for_inference(model, quantize, dev), weights)
-    if compile:
+    model = cast_weights(quantize_for_inference(model, s.quantize, dev), s.weights)
+    if s.compile:
         compile_tower(model, "passage")  # compiles lazily: the first batch pays it (and each new dtype)
-    autocast = inference_autocast(weights, autocast)
-    if quantize == "int8":
+    autocast = inference_autocast(s.weights, cfg.autocast)
+    if s.quantize == "int8":
         autocast = "off"  # int8 kernels take fp32 activations
     runner = None
-    if runtime == "onnx":
+    if s.runtime == "onnx":
         from dpr.models.onnx_runtime import onnx_tower
 
-        runner = onnx_tower(model, tokenizer, "passage", common["model_fingerprint"],
+        runner = onnx_tower(model, tokenizer, "passage", fingerprint,
                             cache_dir=Path(cache_dir) / "onnx" if cache_dir is not None else None)
-    normalized = model.config.similarity == "cosine"
     model_size = int(model.dim)
-    check_dim(truncate_dim, model_size, f"the model {model_path}")  # a hub name's size is known only now
-    dim = min(truncate_dim or model_size, model_size)
-    sizes = {"model_dim": model_size} if truncate_dim else {}  # the full size, beside a truncated one
-    np_dtype = np.dtype(dtype)
-    for i, start, end, files, expected in pending:
-        remove_temps(files)  # leftovers of a killed run: never reused, never mistaken for output
-        files.manifest.unlink(missing_ok=True)  # an outdated shard stops counting as finished right away
-        tmp_vectors = out / f".{files.stem}.npy.tmp"
-        tmp_ids = out / f".{files.stem}.ids.txt.tmp"
-        count = end - start
-        t0 = time.perf_counter()
-        if count:
-            vectors = np.lib.format.open_memmap(tmp_vectors, mode="w+", dtype=np_dtype, shape=(count, dim))
-            try:
-                reserve_space(tmp_vectors, i, vectors.offset)  # before the first write through the map
-            except OSError:
-                del vectors
-                tmp_vectors.unlink(missing_ok=True)
-                raise
-        else:  # more shards than passages: an empty shard (numpy cannot memory-map 0 bytes)
-            with open(tmp_vectors, "wb") as f:
-                np.save(f, np.zeros((0, dim), dtype=np_dtype))
-        with open(tmp_ids, "w", encoding="utf-8") as ids_f, tqdm(
-            total=count, desc=f"encode shard {i}/{num_shards}", unit="psg", disable=not progress
-        ) as bar:
-            for a in range(start, end, chunk_size):
-                b = min(a + chunk_size, end)
-                rows = ds[a:b]
-                for pid in rows["id"]:
-                    ids_f.write(pid + "\n")
-                for pos, vecs in iter_encode_batches(
-                    model, tokenizer, rows["text"], "passage", EncodeOptions(
-                        batch_size=batch_size, max_length=max_length, device=dev, autocast=autocast, runner=runner,
-                        length_sort=length_sort), titles=rows["title"],
-                ):
-                    arr = truncate(vecs, truncate_dim, normalized).numpy().astype(np_dtype)
-                    if not np.isfinite(arr).all():
-                        raise ValueError(_non_finite_message(dtype, vecs, i, a, b, model_path))
-                    vectors[np.asarray(pos) + (a - start)] = arr
-                    bar.update(len(pos))
-        if count:
-            vectors.flush()
-            del vectors
-        seconds = time.perf_counter() - t0
-        manifest = {**expected, "dim": dim, **sizes, "normalized": normalized, "seconds": round(seconds, 2),
-                    "passages_per_second": round(count / seconds, 1) if seconds > 0 else None}
-        commit_shard(files, tmp_vectors, tmp_ids, manifest)
-        log.info("shard %d/%d: %d passages × %d dims (%s) in %.1f s → %s", i, num_shards, count, dim, dtype,
-                 seconds, files.vectors)
-    return out
+    check_dim(s.truncate_dim, model_size, f"the model {model_path}")  # a hub name's size is known only now
+    options = EncodeOptions(batch_size=cfg.batch_size, max_length=cfg.max_length, device=dev, autocast=autocast,
+                            runner=runner, length_sort=cfg.length_sort)
+    return _Encoder(model, tokenizer, options, model_path, cfg.dtype, cfg.chunk_size, s.truncate_dim,
+                    min(s.truncate_dim or model_size, model_size), model.config.similarity == "cosine",
+                    {"model_dim": model_size} if s.truncate_dim else {})  # the full size, beside a truncated one
 
 
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+def _encode_shard(ds: Any, enc: _Encoder, shard: _Shard, num_shards: int, progress: bool) -> None:
+    """Encode one shard's passages into temp files, renamed into place with the manifest last (`commit_shard`)."""
+    i, start, end, files = shard.i, shard.start, shard.end, shard.files
+    remove_temps(files)  # leftovers of a killed run: never reused, never mistaken for output
+    files.manifest.unlink(missing_ok=True)  # an outdated shard stops counting as finished right away
+    tmp_vectors = files.directory / f".{files.stem}.npy.tmp"
+    tmp_ids = files.directory / f".{files.stem}.ids.txt.tmp"
+    count = end - start
+    t0 = time.perf_counter()
+    vectors = open_vectors(tmp_vectors, count, enc.dim, np.dtype(enc.dtype), i)
+    with open(tmp_ids, "w", encoding="utf-8") as ids_f, tqdm(
+        total=count, desc=f"encode shard {i}/{num_shards}", unit="psg", disable=not progress
+    ) as bar:
+        for a in range(start, end, enc.chunk_size):
+            b = min(a + enc.chunk_size, end)
+            rows = ds[a:b]
+            for pid in rows["id"]:
+                ids_f.write(pid + "\n")
+            for pos, arr in _encode_chunk(enc, rows, i, a, b):
+                vectors[np.asarray(pos) + (a - start)] = arr
+                bar.update(len(pos))
+    if vectors is not None:
+        vectors.flush()
+        del vectors
+    seconds = time.perf_counter() - t0
+    manifest = {**shard.expected, "dim": enc.dim, **enc.sizes, "normalized": enc.normalized,
+                "seconds": round(seconds, 2),
+                "passages_per_second": round(count / seconds, 1) if seconds > 0 else None}
+    commit_shard(files, tmp_vectors, tmp_ids, manifest)
+    log.info("shard %d/%d: %d passages × %d dims (%s) in %.1f s → %s", i, num_shards, count, enc.dim, enc.dtype,
+             seconds, files.vectors)
 
 
-def reserve_space(path: Path, shard: int, data_start: int = 0) -> None:
-    """Allocate every block of the (sparse) memory-mapped shard file ``path`` now. A write through a map into a
-    block the full disk cannot give is SIGBUS, which kills the process without a word; a failed reservation is
-    an OSError here, naming the shard, with the finished shards kept for the same command to resume. A file
-    system without ``posix_fallocate`` gets the zeros of the data (from ``data_start``, after the header) written
-    through the file instead (ENOSPC likewise)."""
-    size = path.stat().st_size
-    try:
-        fd = os.open(path, os.O_RDWR)
-        try:
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as err:
-                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                    raise
-                block = b"\0" * (1 << 20)
-                for start in range(data_start, size, len(block)):
-                    os.pwrite(fd, block[: min(len(block), size - start)], start)
-        finally:
-            os.close(fd)
-    except OSError as err:
-        if err.errno in _NO_SPACE:
-            raise OSError(f"{path.parent}: no space left on the device for shard {shard}'s vectors ({size} bytes); "
-                          "free space and run the same command again (finished shards are kept)") from None
-        raise
+def _encode_chunk(enc: _Encoder, rows: dict, shard: int, a: int, b: int) -> Iterator[tuple[Any, np.ndarray]]:
+    """(positions within the chunk, stored vectors) per batch of the chunk's rows ``[a, b)``; a non-finite vector
+    is a ValueError naming the shard and rows."""
+    from dpr.models import iter_encode_batches
+    from dpr.models.truncate import truncate
+
+    for pos, vecs in iter_encode_batches(enc.model, enc.tokenizer, rows["text"], "passage", enc.options,
+                                         titles=rows["title"]):
+        arr = truncate(vecs, enc.truncate_dim, enc.normalized).numpy().astype(np.dtype(enc.dtype))
+        if not np.isfinite(arr).all():
+            raise ValueError(_non_finite_message(enc.dtype, vecs, shard, a, b, enc.model_path))
+        yield pos, arr
 
 
 # The name used in ARCHITECTURE.md's contract list.
