@@ -9,10 +9,12 @@ largest divisor ≤ dim/8, i.e. 48 for MiniLM's 384). Every numeric parameter is
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,22 +110,52 @@ def set_search_params(index: faiss.Index, nprobe: int | None = None, ef_search: 
             log.debug("index has no efSearch; ignored")
 
 
-def build_index(
-    embeddings_dir: str | Path,
-    factory: str = "Flat",
-    metric: str = "ip",
-    train_sample: int | None = 262_144,
-    add_batch_size: int = 65_536,
-    device: str = "cpu",
-    nlist: int | None = None,
-    m: int | None = None,
-    ef_construction: int | None = None,
-    ef_search: int | None = None,
-    nprobe: int | None = None,
-    seed: int = 0,
-    **unused: Any,
-) -> tuple[faiss.Index, list[str]]:
-    """Index every shard of ``embeddings_dir``; returns the index and the passage id of each row.
+@dataclass(frozen=True)
+class BuildOptions:
+    """How `build_index` builds an index: the ``index`` section of ``dpr-index`` and ``dpr-pipeline`` (their keys and
+    ranges: `dpr.cli.schemas.IndexSchema`). Checked by `check_build_options` before any shard is read."""
+
+    factory: str = "Flat"  # a faiss factory string (`dpr.index.factory`); {nlist} and {m} filled from the data
+    metric: str = "ip"  # ip | l2
+    train_sample: int | None = 262_144  # vectors (uniform, seeded) that train IVF/PQ; None = every vector
+    add_batch_size: int = 65_536  # vectors per add() call, read from the memory-mapped shards
+    device: str = "cpu"  # cpu | gpu (IVF: k-means and adds on every GPU; flat and HNSW are built on CPU)
+    nlist: int | None = None  # IVF lists; None = about 4*sqrt(N)
+    m: int | None = None  # PQ sub-quantizers; None = the largest divisor of dim <= dim/8
+    ef_construction: int | None = None  # HNSW build beam; None = faiss's
+    ef_search: int | None = None  # HNSW search beam saved in the index; None = faiss's
+    nprobe: int | None = None  # IVF lists searched, saved in the index; None = faiss's
+    seed: int = 0  # the training sample's seed
+
+    @classmethod
+    def of(cls, options: "BuildOptions | None" = None, **settings: Any) -> "BuildOptions":
+        """``options`` (the defaults when None) with the keyword ``settings`` that are its fields replaced; other
+        keys (a config section's own, e.g. one the pipeline records beside them) are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unused = sorted(set(settings) - names)
+        if unused:
+            log.debug("build_index ignores %s", unused)
+        known = {key: value for key, value in settings.items() if key in names}
+        return dataclasses.replace(options or cls(), **known)
+
+
+def check_build_options(opts: BuildOptions) -> None:
+    """Every build setting, before the shards are read (one-line ValueError/TypeError)."""
+    if opts.metric not in METRICS:
+        raise ValueError(f"metric must be one of {sorted(METRICS)}, got {opts.metric!r}")
+    if opts.device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {opts.device!r}")
+    parse_factory(opts.factory)
+    check_build_params(opts.train_sample, opts.add_batch_size, opts.ef_construction, opts.ef_search, opts.nprobe,
+                       opts.seed)
+    check_optional_int("index.nlist", opts.nlist, 1, INT32_MAX, " (null = about 4*sqrt(N))")
+    check_optional_int("index.m", opts.m, 1, INT32_MAX, " (null = largest divisor of dim <= dim/8)")
+
+
+def build_index(embeddings_dir: str | Path, options: BuildOptions | None = None,
+                **settings: Any) -> tuple[faiss.Index, list[str]]:
+    """Index every shard of ``embeddings_dir`` as ``options`` say (`BuildOptions`; its fields may also be given as
+    keywords, ``factory=``, ``metric=``..., which override it); returns the index and the passage id of each row.
 
     ``train_sample``: vectors (uniform, seeded) used to train IVF/PQ; None = all. Vectors are added
     in ``add_batch_size`` batches from memory-mapped shards. ``device="gpu"`` (IVF indexes): k-means
@@ -131,71 +163,82 @@ def build_index(
     `save_index` copies it back); flat and HNSW indexes are built on CPU. Without GPU support this
     warns and builds on CPU.
     """
-    if unused:
-        log.debug("build_index ignores %s", sorted(unused))
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {sorted(METRICS)}, got {metric!r}")
-    if device not in ("cpu", "gpu"):
-        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
-    parse_factory(factory)  # every config value checked before the shards are read
-    check_build_params(train_sample, add_batch_size, ef_construction, ef_search, nprobe, seed)
-    check_optional_int("index.nlist", nlist, 1, INT32_MAX, " (null = about 4*sqrt(N))")
-    check_optional_int("index.m", m, 1, INT32_MAX, " (null = largest divisor of dim <= dim/8)")
+    opts = BuildOptions.of(options, **settings)
+    check_build_options(opts)  # every config value checked before the shards are read
     start = time.perf_counter()
     shards = list_shards(embeddings_dir)
     info = embeddings_info(shards)
     count, dim = info["count"], info["dim"]
     if count == 0:
         raise ValueError(f"{embeddings_dir}: the embeddings hold no passages")
-    train_count = _train_count(count, train_sample)
-    factory = resolve_factory(factory, dim, count, train_count, nlist=nlist, m=m)
-    index = faiss.index_factory(dim, factory, METRICS[metric])
+    train_count = _train_count(count, opts.train_sample)
+    factory = resolve_factory(opts.factory, dim, count, train_count, nlist=opts.nlist, m=opts.m)
+    index = _empty_index(factory, dim, opts)
+    log.info("building %s (%s) over %d passages × %d dims", factory, opts.metric, count, dim)
+    if not index.is_trained:
+        _train(index, shards, opts, count, train_count)
+    index = _placed(index, factory, opts.device)
+    with tqdm(total=count, desc="index add", unit="psg", unit_scale=True) as bar:
+        for batch in iter_batches(shards, opts.add_batch_size):
+            index.add(batch)
+            bar.update(len(batch))
+    set_search_params(index, nprobe=opts.nprobe, ef_search=opts.ef_search)
+    ids = _row_ids(shards, index)
+    log.info("built %s over %d passages in %.1f s", factory, index.ntotal, time.perf_counter() - start)
+    return index, ids
+
+
+def _empty_index(factory: str, dim: int, opts: BuildOptions) -> faiss.Index:
+    """The untrained, empty index of the (filled) ``factory`` string."""
+    index = faiss.index_factory(dim, factory, METRICS[opts.metric])
     # index_factory turns on polysemous training for PQ: a simulated-annealing pass (16 s for 800
     # vectors here) that only pays off for Hamming-filtered search, which we never use.
     for inner in (faiss.downcast_index(index), faiss.try_extract_index_ivf(index)):
         if getattr(inner, "do_polysemous_training", False):
             inner.do_polysemous_training = False
-    if ef_construction is not None and hasattr(index, "hnsw"):
-        index.hnsw.efConstruction = int(ef_construction)
-    log.info("building %s (%s) over %d passages × %d dims", factory, metric, count, dim)
+    if opts.ef_construction is not None and hasattr(index, "hnsw"):
+        index.hnsw.efConstruction = int(opts.ef_construction)
+    return index
 
-    if not index.is_trained:
-        rows = np.sort(np.random.default_rng(seed).choice(count, size=train_count, replace=False))
-        sample = gather_rows(shards, rows)
-        ivf = faiss.try_extract_index_ivf(index) if device == "gpu" else None
-        if ivf is not None:
-            clustering = gpu.gpu_clustering_index(dim, METRICS[metric])
-            if clustering is not None:
-                ivf.clustering_index = clustering  # k-means on GPUs; the rest of training stays on CPU
-        t0 = time.perf_counter()
-        index.train(sample)
-        log.info("trained on %d vectors in %.1f s", train_count, time.perf_counter() - t0)
-        del sample
-        if device == "gpu" and ivf is not None:
-            ivf.clustering_index = None  # faiss holds a raw pointer: drop it before the GPU copy is freed
 
+def _train(index: faiss.Index, shards: list, opts: BuildOptions, count: int, train_count: int) -> None:
+    """Train IVF/PQ on ``train_count`` rows drawn uniformly with ``opts.seed`` (k-means on GPUs with device=gpu)."""
+    rows = np.sort(np.random.default_rng(opts.seed).choice(count, size=train_count, replace=False))
+    sample = gather_rows(shards, rows)
+    ivf = faiss.try_extract_index_ivf(index) if opts.device == "gpu" else None
+    if ivf is not None:
+        clustering = gpu.gpu_clustering_index(index.d, METRICS[opts.metric])
+        if clustering is not None:
+            ivf.clustering_index = clustering  # k-means on GPUs; the rest of training stays on CPU
+    t0 = time.perf_counter()
+    index.train(sample)
+    log.info("trained on %d vectors in %.1f s", train_count, time.perf_counter() - t0)
+    del sample
+    if opts.device == "gpu" and ivf is not None:
+        ivf.clustering_index = None  # faiss holds a raw pointer: drop it before the GPU copy is freed
+
+
+def _placed(index: faiss.Index, factory: str, device: str) -> faiss.Index:
+    """Where the vectors are added: an IVF index with device=gpu moves to the GPUs (sharded), all else stays."""
     if device == "gpu":
         if faiss.try_extract_index_ivf(index) is not None:
             # IVF adds are compute (list assignment + encoding): do them on GPUs, sharded. Ids stay global
             # row numbers: faiss shards IVF indexes with explicit sequential ids.
-            index = gpu.to_gpus(index, shard=True)
-        else:
-            # a sharded GPU flat index accepts a single add() only, and adding to a flat index is a copy
-            # anyway; load_index(device="gpu") moves it to the GPUs for search
-            log.info("%s is built on CPU; load it with device=gpu to search on GPUs", factory)
-    with tqdm(total=count, desc="index add", unit="psg", unit_scale=True) as bar:
-        for batch in iter_batches(shards, add_batch_size):
-            index.add(batch)
-            bar.update(len(batch))
-    set_search_params(index, nprobe=nprobe, ef_search=ef_search)
+            return gpu.to_gpus(index, shard=True)
+        # a sharded GPU flat index accepts a single add() only, and adding to a flat index is a copy
+        # anyway; load_index(device="gpu") moves it to the GPUs for search
+        log.info("%s is built on CPU; load it with device=gpu to search on GPUs", factory)
+    return index
 
+
+def _row_ids(shards: list, index: faiss.Index) -> list[str]:
+    """The passage id of each of the index's rows, in shard order; one per vector added."""
     ids: list[str] = []
     for shard in shards:
         ids.extend(shard.ids())
     if len(ids) != index.ntotal:
         raise RuntimeError(f"index holds {index.ntotal} vectors but the shards list {len(ids)} ids")
-    log.info("built %s over %d passages in %.1f s", factory, index.ntotal, time.perf_counter() - start)
-    return index, ids
+    return ids
 
 
 def bytes_per_passage(index: faiss.Index) -> float:
