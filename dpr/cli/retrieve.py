@@ -11,6 +11,8 @@ from omegaconf import DictConfig
 
 from dpr.cli.argv import hydra_argv
 from dpr.cli.common import CONF_DIR, check_model_path, quiet_interrupt, report_errors
+from dpr.config import fields_from
+from dpr.retrieval.config import RetrieveConfig
 from dpr.retrieval.config import register_schema as register_retrieve_schema
 from dpr.retrieval.fusion import register_schema as register_hybrid_schema
 
@@ -48,14 +50,13 @@ def _require_questions(cfg: DictConfig) -> None:
 @report_errors("dpr-retrieve", file_outputs=("output",), file_kinds=("dpr_results", "trec_run"), schema="retrieve")
 def _run(cfg: DictConfig) -> None:
     if cfg.mode == "hybrid":
-        from dpr.config import fields_from
         from dpr.retrieval.fusion import HybridConfig
         from dpr.retrieval.runs import hybrid_retrieve
 
         _require(cfg, "bm25", "dense")
         info = hybrid_retrieve(
-            cfg.bm25, cfg.dense, cfg.output, fusion=cfg.fusion, weight=cfg.weight, bm25_dev=cfg.bm25_dev,
-            dense_dev=cfg.dense_dev, qrels_dev=cfg.qrels_dev, k=cfg.k, hybrid=fields_from(HybridConfig, cfg),
+            cfg.bm25, cfg.dense, cfg.output, bm25_dev=cfg.bm25_dev, dense_dev=cfg.dense_dev, qrels_dev=cfg.qrels_dev,
+            config=fields_from(RetrieveConfig, cfg), hybrid=fields_from(HybridConfig, cfg),
         )
         info.pop("table", None)
         print(f"dpr-retrieve: hybrid → {cfg.output} {json.dumps(info)}")
@@ -71,11 +72,8 @@ def _run(cfg: DictConfig) -> None:
     check_index_matches(cfg.index_path, cfg.model_path, cfg.passages or None)
     _require_questions(cfg)
     out = dense_retrieve(
-        cfg.model_path, cfg.index_path, cfg.passages, cfg.qa, cfg.output, k=cfg.k,
-        queries_path=cfg.queries, qrels_path=cfg.qrels, batch_size=cfg.batch_size,
-        search_batch_size=cfg.search_batch_size, device=cfg.device, autocast=cfg.autocast,
-        weights=cfg.weights, index_device=cfg.index_device, nprobe=cfg.nprobe, ef_search=cfg.ef_search, match=cfg.match,
-        max_length=cfg.max_length,
+        cfg.model_path, cfg.index_path, cfg.passages, cfg.qa, cfg.output, fields_from(RetrieveConfig, cfg),
+        queries_path=cfg.queries, qrels_path=cfg.qrels,
     )
     print(f"dpr-retrieve: {len(out)} questions → {cfg.output}")
 

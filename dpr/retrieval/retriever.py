@@ -16,6 +16,7 @@ pipeline's retrieval stages and the fusion of result files all go through these 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,7 +85,8 @@ class Retriever:
               **options: Any) -> "DenseRetriever":
         """Dense search with a run directory's question tower (or any HF model) over a FAISS index from
         ``dpr-index``; ``passages`` is the passages.tsv the index was encoded from (needed by ``search``,
-        not by ``search_ids``). ``options``: see `DenseRetriever`."""
+        not by ``search_ids``). ``options``: see `DenseRetriever` (its settings one by one, or ``config=`` a
+        whole `RetrieveConfig`)."""
         return DenseRetriever(run_dir, index, passages, **options)
 
     @staticmethod
@@ -139,6 +141,21 @@ def _check_k(k: int, name: str = "k") -> int:
     return check_int(name, k, 1, MAX_K)
 
 
+# The RetrieveConfig fields that `DenseRetriever` reads (the others: k, match, fusion, weight, are the callers').
+DENSE_OPTIONS = ("batch_size", "search_batch_size", "device", "autocast", "weights", "index_device", "nprobe",
+                 "ef_search", "max_length")
+
+
+def dense_config(config: RetrieveConfig | None, options: dict[str, Any]) -> RetrieveConfig:
+    """``config`` (the defaults when None) with the keyword ``options`` replaced: each one of `DENSE_OPTIONS`
+    (a TypeError naming any other, as for an unknown keyword argument)."""
+    unknown = sorted(set(options) - set(DENSE_OPTIONS))
+    if unknown:
+        raise TypeError(f"DenseRetriever() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+                        f"its options are {', '.join(DENSE_OPTIONS)}")
+    return dataclasses.replace(config or RetrieveConfig(), **options)
+
+
 class BM25Retriever(Retriever):
     """BM25 (bm25s weights, `dpr.bm25`) over an index built from the same passages file."""
 
@@ -166,50 +183,62 @@ class BM25Retriever(Retriever):
 
 
 class DenseRetriever(Retriever):
-    """Question tower → FAISS top k. Options: ``batch_size`` (question encoding), ``search_batch_size``,
+    """Question tower → FAISS top k, with the settings ``config`` (a `RetrieveConfig`, its defaults when None: the
+    keys of ``dpr-retrieve``; its fields that concern the dense search may also be given as keywords, which override
+    it): ``batch_size`` (question encoding), ``search_batch_size``,
     ``device`` (encoder; default cuda:LOCAL_RANK if available, else cpu), ``autocast`` ("auto", "bf16",
     "fp16", "off"), ``weights`` ("auto" = "fp32", "bf16": the question encoder cast to bf16 once instead of
     autocast, `dpr.models.weights`), ``index_device`` ("cpu" | "gpu"), ``nprobe`` / ``ef_search`` (IVF / HNSW search
-    breadth), ``max_length`` (question tokens; default the model's), ``cache_dir`` (Arrow cache)."""
+    breadth), ``max_length`` (question tokens; default the model's); ``cache_dir`` (Arrow cache)."""
 
     name = "dense"
 
     def __init__(self, run_dir: str | Path, index: str | Path,
-                 passages: "str | Path | datasets.Dataset | None" = None, *,
-                 batch_size: int = RetrieveConfig.batch_size, search_batch_size: int = RetrieveConfig.search_batch_size,
-                 device: str | None = RetrieveConfig.device, autocast: str | None = RetrieveConfig.autocast,
-                 weights: str | None = RetrieveConfig.weights, index_device: str = RetrieveConfig.index_device,
-                 nprobe: int | None = RetrieveConfig.nprobe, ef_search: int | None = RetrieveConfig.ef_search,
-                 max_length: int | None = RetrieveConfig.max_length, cache_dir: str | Path | None = None) -> None:
-        import torch
-
-        from dpr.distributed import device as default_device
-        from dpr.index import load_index, read_index_meta
+                 passages: "str | Path | datasets.Dataset | None" = None, *, config: RetrieveConfig | None = None,
+                 cache_dir: str | Path | None = None, **options: Any) -> None:
+        from dpr.index import load_index
         from dpr.index.fingerprint import check_index_matches
-        from dpr.models import load_biencoder
-        from dpr.models.weights import cast_weights, inference_autocast, resolve_weights
 
-        self.batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH)
-        self.search_batch_size = check_int("search_batch_size", search_batch_size, 1, MAX_BATCH)
-        check_optional_int("nprobe", nprobe, 1, INT32_MAX, " (null = as saved in the index)")
-        check_optional_int("ef_search", ef_search, 1, INT32_MAX, " (null = as saved in the index)")
-        check_max_length(max_length)  # the model's own bound once it is loaded
-        from dpr.distributed import check_device
-
-        device = check_device(device)  # the one device rule's key, checked before anything is loaded
-        self.weights = resolve_weights(weights, device, autocast)  # before anything is loaded
+        cfg = dense_config(config, options)
+        self.batch_size = check_int("batch_size", cfg.batch_size, 1, MAX_BATCH)
+        self.search_batch_size = check_int("search_batch_size", cfg.search_batch_size, 1, MAX_BATCH)
+        check_optional_int("nprobe", cfg.nprobe, 1, INT32_MAX, " (null = as saved in the index)")
+        check_optional_int("ef_search", cfg.ef_search, 1, INT32_MAX, " (null = as saved in the index)")
+        check_max_length(cfg.max_length)  # the model's own bound once it is loaded
+        device = self._check_precision(cfg)  # before anything is loaded
         self.index_path, self.run_dir = Path(index), run_dir
         _check_model_exists(run_dir)  # a missing path is "not found", not "an index of another model"
         # an index from another model or passages file is refused before anything is loaded or encoded
         check_index_matches(self.index_path, run_dir, passages if isinstance(passages, (str, Path)) else None)
-        self.index, self.ids = load_index(self.index_path, device=index_device, nprobe=nprobe, ef_search=ef_search)
-        self.device = torch.device(device) if device else default_device()
-        self.model, self.tokenizer = load_biencoder(str(run_dir))
-        self.max_length = check_max_length(max_length, self.model.question_encoder)
-        cast_weights(self.model.to(self.device), self.weights)
-        self.autocast = inference_autocast(self.weights, autocast)
-        self._check_index(read_index_meta(self.index_path))
+        self.index, self.ids = load_index(self.index_path, device=cfg.index_device, nprobe=cfg.nprobe,
+                                          ef_search=cfg.ef_search)
+        self._load_model(device, cfg)
         self.store = PassageStore(passages, cache_dir=cache_dir) if passages is not None else None
+
+    def _check_precision(self, cfg: RetrieveConfig) -> str | None:
+        """The device (checked: the one device rule's key, auto/null = the rule) and the resolved ``weights``."""
+        from dpr.distributed import check_device
+        from dpr.models.weights import resolve_weights
+
+        device = check_device(cfg.device)
+        self.weights = resolve_weights(cfg.weights, device, cfg.autocast)
+        return device
+
+    def _load_model(self, device: str | None, cfg: RetrieveConfig) -> None:
+        """The question tower on its device in its precision, checked against the loaded index."""
+        import torch
+
+        from dpr.distributed import device as default_device
+        from dpr.index import read_index_meta
+        from dpr.models import load_biencoder
+        from dpr.models.weights import cast_weights, inference_autocast
+
+        self.device = torch.device(device) if device else default_device()
+        self.model, self.tokenizer = load_biencoder(str(self.run_dir))
+        self.max_length = check_max_length(cfg.max_length, self.model.question_encoder)
+        cast_weights(self.model.to(self.device), self.weights)
+        self.autocast = inference_autocast(self.weights, cfg.autocast)
+        self._check_index(read_index_meta(self.index_path))
 
     def _check_index(self, meta: dict) -> None:
         """The index's dimension against the model's: equal, or a recorded Matryoshka truncation (the questions are

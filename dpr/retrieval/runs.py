@@ -86,56 +86,69 @@ def dense_retrieve(
     passages_path: str | Path | None = None,
     qa_path: str | Path | None = None,
     output: str | Path | None = None,
-    k: int = RetrieveConfig.k,
+    config: RetrieveConfig | None = None,
     *,
     queries_path: str | Path | None = None,
     qrels_path: str | Path | None = None,
-    match: str = RetrieveConfig.match,
     tag: str = "dense",
     **options: Any,
 ) -> list[dict] | Run:
-    """Retrieve the top ``k`` passages per question with `Retriever.dense` (``options``: its settings,
-    e.g. ``batch_size``, ``device``, ``autocast``, ``index_device``, ``nprobe``, ``max_length``).
+    """Retrieve the top ``k`` passages per question with `Retriever.dense` and the settings ``config`` (a
+    `RetrieveConfig`, its defaults when None: dpr-retrieve's keys; its fields may also be given as keywords, e.g.
+    ``k``, ``match``, ``batch_size``, ``device``, ``autocast``, ``index_device``, ``nprobe``, ``max_length``, which
+    override it).
 
     QA data (``qa_path``: ``.qa.tsv`` or retriever ``.json``): DPR results JSON with ``has_answer``
     per passage (``match``: "string" or "regex", `dpr.eval.has_answer`); needs ``passages_path``.
     BEIR data (``queries_path``, optionally ``qrels_path`` to keep that split's queries): a TREC run
     ``{qid: {docid: score}}``. Written to ``output`` when given; returned either way.
     """
+    cfg = _with_fields(config, options)
     if (qa_path is None) == (queries_path is None):
         raise ValueError("give exactly one of qa (question/answers file) or queries (BEIR queries.jsonl)")
     if qa_path is not None and passages_path is None:
         raise ValueError("QA retrieval needs passages= (the passages.tsv the index was built from)")
-    retriever = Retriever.dense(model_path, index_path, passages_path if qa_path is not None else None, **options)
+    retriever = Retriever.dense(model_path, index_path, passages_path if qa_path is not None else None, config=cfg)
     retriever.name = tag
-    log.info("retrieving top %d from %s (%d passages)", k, index_path, len(retriever.ids))
-    return retrieve_to_file(retriever, output, k, qa_path=qa_path, queries_path=queries_path,
-                            qrels_path=qrels_path, match=match)
+    log.info("retrieving top %d from %s (%d passages)", cfg.k, index_path, len(retriever.ids))
+    return retrieve_to_file(retriever, output, cfg.k, qa_path=qa_path, queries_path=queries_path,
+                            qrels_path=qrels_path, match=cfg.match)
+
+
+def _with_fields(config: RetrieveConfig | None, fields: dict[str, Any]) -> RetrieveConfig:
+    """``config`` (the defaults when None) with ``fields`` replaced; a TypeError naming a key that is no field."""
+    names = {f.name for f in dataclasses.fields(RetrieveConfig)}
+    unknown = sorted(set(fields) - names)
+    if unknown:
+        raise TypeError(f"unknown retrieval setting(s) {', '.join(map(repr, unknown))}; the settings are "
+                        "RetrieveConfig's fields")
+    return dataclasses.replace(config or RetrieveConfig(), **fields)
 
 
 def hybrid_retrieve(
     bm25: str | Path,
     dense: str | Path,
     output: str | Path,
-    fusion: str = RetrieveConfig.fusion,
-    weight: float | None = RetrieveConfig.weight,
     bm25_dev: str | Path | None = None,
     dense_dev: str | Path | None = None,
     qrels_dev: str | Path | None = None,
     *,
-    k: int = RetrieveConfig.k,
+    config: RetrieveConfig | None = None,
     hybrid: HybridConfig | None = None,
-    **hybrid_fields: Any,
+    **fields: Any,
 ) -> dict[str, Any]:
-    """Fuse a BM25 and a dense result file (results JSON or TREC runs) into ``output``.
+    """Fuse a BM25 and a dense result file (results JSON or TREC runs) into ``output``, ``k`` per question.
 
-    ``fusion="linear"``: with ``weight`` given it is used as is; otherwise it is tuned on the dev
-    result files (``bm25_dev``, ``dense_dev``; ``qrels_dev`` for TREC runs). ``fusion="rrf"``:
-    reciprocal rank fusion. ``hybrid``: how the weight is tuned and the runs fused (`HybridConfig`; its fields may
-    also be given as keywords, ``grid=``, ``metric_k=``, ``k_rrf=``..., which override it). Returns what was done
-    (``weight`` and the tuning ``table`` for linear).
+    ``config`` (`RetrieveConfig`): ``fusion="linear"``: with ``weight`` given it is used as is; otherwise it is
+    tuned on the dev result files (``bm25_dev``, ``dense_dev``; ``qrels_dev`` for TREC runs). ``fusion="rrf"``:
+    reciprocal rank fusion. ``hybrid``: how the weight is tuned and the runs fused (`HybridConfig`). The fields of
+    either may also be given as keywords (``fusion=``, ``weight=``, ``k=``, ``grid=``, ``metric_k=``,
+    ``k_rrf=``...), which override them. Returns what was done (``weight`` and the tuning ``table`` for linear).
     """
-    how = dataclasses.replace(hybrid or HybridConfig(), **hybrid_fields)
+    hybrid_names = {f.name for f in dataclasses.fields(HybridConfig)}
+    how = dataclasses.replace(hybrid or HybridConfig(), **{n: v for n, v in fields.items() if n in hybrid_names})
+    cfg = _with_fields(config, {n: v for n, v in fields.items() if n not in hybrid_names})
+    fusion, weight, k = cfg.fusion, cfg.weight, cfg.k
     _check_fusion(fusion, weight, k, how)
     if fusion == "rrf":
         fuse_rrf(bm25, dense, output, k=k, k_rrf=how.k_rrf)
