@@ -1,6 +1,10 @@
 """The BM25 index's settings: one dataclass, the one source of their defaults for ``dpr-bm25``, ``dpr-pipeline``
 (its ``bm25`` section) and Python callers of `dpr.bm25.build_index`.
 
+How an index is built and searched, which changes no index and no ranking, is two more dataclasses, keys at the
+root of ``dpr-bm25`` (``bm25_build_cfg/default``, ``bm25_search_cfg/default``): ``shard_passages`` (`BM25BuildConfig`)
+and ``n_threads`` (`BM25SearchConfig`).
+
 Registered in Hydra's ConfigStore as the ``bm25_cfg/default`` option: ``conf/bm25.yaml`` places it at the root
 (``bm25_cfg@_global_``: ``dpr-bm25 k1=1.2``), ``conf/pipeline.yaml`` under ``bm25`` (``dpr-pipeline bm25.k1=1.2``).
 The fields carry their ranges (``ranged``): the commands' schemas (`dpr.cli.schemas`) are generated from them;
@@ -13,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from dpr.checks import INT32_MAX, MAX_K1
+from dpr.checks import INT32_MAX, MAX_K1, MAX_THREADS
 from dpr.config import ranged, register_defaults
 
 # bm25s' scoring variant (Lucene's idf); fixed: it is not a setting, but an index records it
@@ -37,6 +41,12 @@ class BM25BuildConfig:
     shard_passages: int = ranged(500_000, 1, INT32_MAX)  # passages per shard of a sharded build
 
 
+@dataclass
+class BM25SearchConfig:
+    # threads of retrieval and mining: the same ranking on any number of them, so no recorded stage changes with it
+    n_threads: int = ranged(0, -1, MAX_THREADS, note="0 = the calling thread, -1 = all cores")
+
+
 def index_settings(section: Mapping[str, Any] | None) -> dict[str, Any]:
     """The index's settings (BM25Config's fields) of a ``bm25`` config section, BM25Config's defaults where it lacks
     them; the section's other keys (the pipeline's mining depths) are not the index's. What every builder of a
@@ -46,5 +56,9 @@ def index_settings(section: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def register_schema() -> None:
-    """``bm25_cfg/default``: BM25Config's defaults, for conf/bm25.yaml and conf/pipeline.yaml to select."""
+    """``bm25_cfg/default``: BM25Config's defaults, for conf/bm25.yaml and conf/pipeline.yaml to select; and
+    ``bm25_build_cfg/default``, ``bm25_search_cfg/default`` (BM25BuildConfig's, BM25SearchConfig's) for
+    conf/bm25.yaml."""
     register_defaults("bm25_cfg", "default", BM25Config)
+    register_defaults("bm25_build_cfg", "default", BM25BuildConfig)
+    register_defaults("bm25_search_cfg", "default", BM25SearchConfig)

@@ -1,4 +1,8 @@
-"""``dpr-bm25``: BM25 retrieval to a results file, and hard-negative mining (Hydra entry point)."""
+"""``dpr-bm25``: BM25 retrieval to a results file, and hard-negative mining (Hydra entry point).
+
+Keys at the root: the index's settings (`BM25Config`), the mining depths (`BM25MiningConfig`), how the index is
+built (``shard_passages``, `BM25BuildConfig`) and searched (``n_threads``, `BM25SearchConfig`).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,11 @@ log = logging.getLogger(__name__)
 
 def _index_params(cfg: DictConfig) -> dict:
     return {"k1": cfg.k1, "b": cfg.b, "stopwords": cfg.stopwords, "stemmer": cfg.stemmer}
+
+
+def _build_params(cfg: DictConfig) -> dict:
+    """The index's settings and how a missing index is built (in shards of ``shard_passages`` passages)."""
+    return {**_index_params(cfg), "shard_passages": cfg.shard_passages}
 
 
 def _require_questions(qa_path: str | Path) -> None:
@@ -48,7 +57,7 @@ def run_dataset(cfg: DictConfig) -> None:
     if cfg.output and ds.kind != "qrels":
         _require_questions(ds.qa(cfg.split))  # before any index is built
     index_dir = Path(cfg.index_dir) if cfg.index_dir else ds.root / "bm25_index"
-    index = bm25.get_or_build_index(ds.passages, index_dir, **_index_params(cfg))
+    index = bm25.get_or_build_index(ds.passages, index_dir, **_build_params(cfg))
     if cfg.output:
         output = Path(cfg.output)
         if ds.kind == "qrels":
@@ -81,9 +90,9 @@ def run_standalone(cfg: DictConfig) -> None:
         raise ValueError("mine=true needs a prepared dataset (data=<name>)")
     passages = Path(cfg.passages)
     if cfg.index_dir:
-        index = bm25.get_or_build_index(passages, cfg.index_dir, **_index_params(cfg))
+        index = bm25.get_or_build_index(passages, cfg.index_dir, **_build_params(cfg))
     else:
-        index = bm25.build_index(passages, **_index_params(cfg))
+        index = bm25.build_index(passages, **_build_params(cfg))
     if cfg.qa:
         _require_questions(cfg.qa)
         records.write_qa_records(BM25Retriever(index, passages, n_threads=cfg.n_threads), read_questions(cfg.qa),

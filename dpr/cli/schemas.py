@@ -34,10 +34,11 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dpr import encode_config
-from dpr.checks import INT32_MAX, MAX_SHARDS, MAX_THREADS, SEED, SEED_MAX
-from dpr.bm25.config import BM25Config, register_schema as register_bm25
+from dpr.checks import INT32_MAX, MAX_SHARDS, SEED, SEED_MAX
+from dpr.bm25.config import BM25BuildConfig, BM25Config, BM25SearchConfig, register_schema as register_bm25
 from dpr.cli.ranges import check_config_ranges, ranged
 from dpr.encode_config import DenseConfig, EncodeConfig, register_schema as register_encode
+from dpr.launch import register_schema as register_launch
 from dpr.pipeline_scale import ScaleConfig, register_schema as register_scale
 from dpr.eval.config import BootstrapConfig, EvalConfig, register_schema as register_eval
 from dpr.models import BiEncoderConfig
@@ -124,7 +125,6 @@ class _Bm25Command:
     data_dir: str = MISSING
     split: str = "test"
     output: Optional[str] = None
-    n_threads: int = ranged(0, -1, MAX_THREADS, note="0 = the calling thread, -1 = all cores")
     index_dir: Optional[str] = None
     mine: bool = False
     force: bool = False
@@ -134,7 +134,8 @@ class _Bm25Command:
     qrels: Optional[str] = None
 
 
-Bm25Schema = command_schema("Bm25Schema", _Bm25Command, BM25Config, BM25MiningConfig)
+Bm25Schema = command_schema("Bm25Schema", _Bm25Command, BM25Config, BM25MiningConfig, BM25BuildConfig,
+                            BM25SearchConfig)
 
 
 @dataclass
@@ -277,7 +278,7 @@ for _name, _schema in SCHEMAS.items():
 # the shared sections' defaults (bm25_cfg, bm25_mine_cfg, hybrid_cfg, eval_cfg, bootstrap_cfg, encode_cfg, retrieve_cfg,
 # reader_cfg, and the pipeline's remine_cfg and train_rounds), for whoever composes conf/ after importing this
 for _register in (register_bm25, register_mining, register_hybrid, register_eval, register_encode, register_retrieve,
-                  register_reader, register_remine, register_rounds, register_scale):
+                  register_reader, register_remine, register_rounds, register_scale, register_launch):
     _register()
 
 

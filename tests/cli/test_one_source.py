@@ -17,10 +17,11 @@ import dpr.cli.reader  # noqa: F401
 import dpr.cli.retrieve  # noqa: F401
 import dpr.cli.train  # noqa: F401
 from dpr import encode_config
-from dpr.bm25.config import BM25Config
+from dpr.bm25.config import BM25BuildConfig, BM25Config, BM25SearchConfig
 from dpr.cli.common import CONF_DIR
 from dpr.cli.schemas import Bm25Schema, EncodeSchema, PipelineBm25, PipelineEncode, PipelineRetrieve, RetrieveSchema
 from dpr.encode_config import EncodeConfig
+from dpr.launch import LaunchConfig
 from dpr.eval.config import BootstrapConfig, EvalConfig
 from dpr.negatives import bm25_config
 from dpr.negatives.bm25_config import BM25MiningConfig
@@ -65,6 +66,9 @@ CASES = [
     ("pipeline", "remine", RemineConfig, None),
     ("reader", "reader_cfg", ReaderConfig, None),  # nested train/eval sections: asdict recurses
     ("pipeline", "reader_cfg", ReaderConfig, None),
+    ("bm25", None, BM25BuildConfig, None),  # shard_passages
+    ("bm25", None, BM25SearchConfig, None),  # n_threads (was restated in conf/bm25.yaml and the schema)
+    ("pipeline", None, LaunchConfig, None),  # nproc_per_node
 ]
 IDS = [f"{c[0]}.{c[1] or 'root'}:{c[2].__name__}" for c in CASES]
 
