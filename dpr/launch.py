@@ -47,7 +47,7 @@ class LaunchConfig:
     # processes on this machine: auto = one per visible GPU (one on the CPU or a single GPU); N > 1 relaunches
     # the command under torchrun --standalone with N ranks (gloo on the CPU); a process that already is a rank
     # (torchrun, an srun task) runs as it is
-    nproc_per_node: Any = ranged(AUTO, 1, MAX_NPROC, note="or auto")
+    nproc_per_node: int | str = ranged(AUTO, 1, MAX_NPROC, note="or auto")
 
     def check(self) -> "LaunchConfig":
         """``auto`` or an integer in [1, MAX_NPROC] (one line naming the key otherwise); returns self."""
