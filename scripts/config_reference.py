@@ -32,6 +32,8 @@ SECTIONS = (
     ("train.", "dpr.training.config:TrainConfig", "`conf/train/*.yaml` (`dpr-train`, `dpr-pipeline`)"),
     ("bm25.", "dpr.bm25.config:BM25Config", "the BM25 index (`dpr-bm25` at the root, `dpr-pipeline bm25.`)"),
     ("bm25.", "dpr.negatives.bm25_config:BM25MiningConfig", "BM25 hard-negative mining"),
+    ("", "dpr.bm25.config:BM25BuildConfig", "how `dpr-bm25` builds the BM25 index (keys at its root)"),
+    ("", "dpr.bm25.config:BM25SearchConfig", "how `dpr-bm25` searches the BM25 index (keys at its root)"),
     ("remine.", "dpr.negatives.config:RemineConfig", "re-mining rounds (`dpr-pipeline train.rounds=N`)"),
     ("encode.", "dpr.encode_config:EncodeConfig", "passage export (`dpr-encode` at the root, `dpr-pipeline encode.`)"),
     ("dense.", "dpr.encode_config:DenseConfig", "the pipeline's dense systems"),
@@ -45,6 +47,7 @@ SECTIONS = (
     ("teacher.", "dpr.rerank.stage_config:TeacherStageConfig", "the pipeline's teacher (`teacher=true`)"),
     ("reader.train.", "dpr.reader.config:ReaderTrainConfig", "the reader's training (`dpr-reader train`)"),
     ("reader.eval.", "dpr.reader.config:ReaderEvalConfig", "the reader's evaluation (`dpr-reader eval`)"),
+    ("", "dpr.launch:LaunchConfig", "`dpr-pipeline`'s processes on one machine (keys at its root)"),
 )
 
 
@@ -141,7 +144,8 @@ def render() -> str:
         cls = _load(spec)
         hints = typing.get_type_hints(cls)
         docs = field_docs(cls)
-        out += [f"## `{prefix.rstrip('.')}`: {title}", "", f"`{spec.replace(':', '.')}`", "",
+        heading = f"`{prefix.rstrip('.')}`: {title}" if prefix else title[0].upper() + title[1:]
+        out += [f"## {heading}", "", f"`{spec.replace(':', '.')}`", "",
                 "| key | type | default | allowed | what it does |", "|---|---|---|---|---|"]
         for f in dataclasses.fields(cls):
             if dataclasses.is_dataclass(hints.get(f.name)):
