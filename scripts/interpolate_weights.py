@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from dpr.training.batching import load_examples
     from dpr.models.io import build_biencoder, load_biencoder, read_biencoder_config
     from dpr.run_dir import finished_config
-    from dpr.training.validation import load_corpus, validate
+    from dpr.training.validation import DevEncoding, load_corpus, validate
 
     torch.manual_seed(0)
     model, tokenizer = load_biencoder(args.model)
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         model.load_state_dict(interpolate(trained, start, alpha))
         t0 = time.perf_counter()
         metrics = validate(model, tokenizer, dev, corpus=corpus, use_answers=use_answers, cfg=val_cfg,
-                           question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
-                           autocast=args.autocast)
+                           encoding=DevEncoding(question_max_length=mcfg.question_max_length,
+                                                passage_max_length=mcfg.passage_max_length, autocast=args.autocast))
         rows.append({"alpha": alpha, **metrics, "seconds": round(time.perf_counter() - t0, 1)})
         print(json.dumps({"alpha": alpha, **{k: round(metrics[k], 4) for k in SHOWN if k in metrics}}), flush=True)
     write_json_atomic(args.out, {"model": str(args.model), "data": args.data, "rows": rows})

@@ -305,6 +305,13 @@ def make_item(
                      relevant_ids(example))
 
 
+class Shard(NamedTuple):
+    """This process's place among the data-parallel ranks: rank ``rank`` of ``world_size``."""
+
+    rank: int = 0
+    world_size: int = 1
+
+
 class TrainBatches:
     """This rank's batches of one epoch, from a given position (resume skips the batches already done).
 
@@ -313,8 +320,9 @@ class TrainBatches:
     inline. Takes its settings whole: the batching keys of the typed ``TrainConfig`` (``tc``: ``batch_size``,
     ``hard_negatives``, ``shuffle``, ``shuffle_positives``, ``shuffle_hard_negatives``, ``dedup_positives``,
     ``topic_batches``), the lengths and prefixes of the model's ``BiEncoderConfig`` (``model_cfg``); the keywords
-    are what the run resolved (``multi_positive`` from ``auto``, ``mask_answers`` for QA data, the loss's teacher,
-    the token ids of the training file: `dpr.training.train_tokens`, without which each batch is tokenised).
+    are this process's :class:`Shard` of the data-parallel ranks and what the run resolved (``multi_positive``
+    from ``auto``, ``mask_answers`` for QA data, the loss's teacher, the token ids of the training file:
+    `dpr.training.train_tokens`, without which each batch is tokenised).
     """
 
     def __init__(
@@ -325,8 +333,7 @@ class TrainBatches:
         model_cfg: Any,
         *,
         seed: int,
-        rank: int = 0,
-        world_size: int = 1,
+        shard: Shard = Shard(),
         multi_positive: bool = False,
         mask_answers: bool = True,
         teacher=None,
@@ -341,13 +348,13 @@ class TrainBatches:
         self.batch_size = tc.batch_size
         self.hard_negatives = tc.hard_negatives
         self.q_len, self.p_len = model_cfg.question_max_length, model_cfg.passage_max_length
-        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.seed, self.rank, self.world_size = seed, shard.rank, shard.world_size
         self.shuffle, self.shuffle_positives = tc.shuffle, tc.shuffle_positives
         self.shuffle_hard_negatives, self.dedup_positives = tc.shuffle_hard_negatives, tc.dedup_positives
         self.other_negatives = getattr(tc, "other_negatives", None) is not False  # null: negative_ctxs join the draw, as always
         self.topics = example_topics(examples) if tc.topic_batches else None
         self.pool = NegativePool(examples) if self.hard_negatives > 0 else None
-        if rank == 0:
+        if shard.rank == 0:
             warn_topped_up(examples, self.hard_negatives, self.other_negatives)
         self._cache: dict[int, list[list[int]]] = {}
         self._local = threading.local()

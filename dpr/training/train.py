@@ -33,14 +33,14 @@ from dpr.run_dir import data_fingerprints
 from dpr.training.config import TrainConfig
 from dpr.training.corpus_negatives import CorpusNegatives
 from dpr.training.corpus_reuse import CorpusVectors, OnSaved, check_start_vectors
-from dpr.training.batching import TrainBatches, load_examples
+from dpr.training.batching import Shard, TrainBatches, load_examples
 from dpr.training.example_file import ExampleFile
 from dpr.training.steps import make_step
 from dpr.training.train_tokens import train_tokens, validation_tokens
 from dpr.training.trainer import Trainer, TrainState
 from dpr.training.resume import find_resume, lora_base_fingerprint, run_fingerprint
-from dpr.training.teacher import prepare_teacher
-from dpr.training.validation import Validator, load_corpus
+from dpr.training.teacher import RunTeacher, prepare_teacher
+from dpr.training.validation import DevEncoding, Validator, load_corpus
 from dpr.trainkit import checkpoint as ckpt
 from dpr.trainkit.config_dict import plain
 from dpr.trainkit.metrics_log import MetricsLogger
@@ -80,9 +80,90 @@ def train(cfg: Mapping[str, Any] | DictConfig, extra_summary: Mapping[str, Any] 
         torch.set_num_threads(threads)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """Where and as what this process trains (fixed before anything is built)."""
+
+    conf: dict
+    tc: TrainConfig
+    out: Path
+    seed: int
+    rank: int
+    world: int
+    main: bool
+    device: torch.device
+
+
+@dataclasses.dataclass(frozen=True)
+class _Data:
+    """The run's data: its files, examples (the loss's teacher may replace the training ones), its kind (qa |
+    qrels) and what the "auto" settings become for it (also in the summary and the model card)."""
+
+    paths: DatasetPaths
+    train_file: Path
+    train_examples: Any
+    dev_examples: list
+    kind: str
+    resolved: dict
+
+
 def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
            start_vectors: CorpusVectors | None, on_saved: OnSaved | None) -> dict:
     wall_start = time.time()
+    run = _start(conf, tc)
+    data = _read_data(conf, tc)
+    model, tokenizer = _build_model(run)
+    mcfg = model.config
+    precision = resolve_precision(tc.precision, run.device, training=True)
+    scaler = torch.amp.GradScaler(run.device.type, enabled=precision == "fp16")
+    loss, run_teacher = _loss(run, data)
+    data = dataclasses.replace(data, train_examples=run_teacher.examples)
+    batches, total = _batches(run, data, tokenizer, mcfg, run_teacher.teacher)
+    optimizer = build_optimizer(model, tc.lr, tc.weight_decay, tuple(tc.adam_betas), tc.adam_eps, tc.optimizer_impl)
+    # one warm-up/decay per phase: the frozen-index steps, then the two-tower steps
+    scheduler = phased_schedule(optimizer, [tc.frozen_steps, total - tc.frozen_steps], tc.warmup_steps, tc.warmup_ratio)
+    corpus_texts, corpus = _corpus_negatives(run, data, run_teacher.teacher)
+    val_autocast = "off" if precision == "fp32" else precision
+    validator = _validator(run, data, tokenizer, mcfg, corpus_texts, val_autocast)
+    fingerprint = run_fingerprint({**conf, "loss": conf.get("loss")},
+                                  {**dataclasses.asdict(tc), **run_teacher.fingerprint}, data.train_file, run.world)
+    resume_dir = find_resume(tc.resume, run.out, fingerprint,
+                             lora_base_fingerprint(conf["model"]["name"], conf["model"].get("lora")))
+    trainer = Trainer(
+        model=model, train_model=_train_model(run, model, tokenizer, data.train_examples, resume_dir),
+        tokenizer=tokenizer, loss=loss, step_fn=make_step(tc.grad_cache_chunk_size, tc.bucket_size_for(run.device)),
+        batches=batches, validator=validator, optimizer=optimizer, scheduler=scheduler, scaler=scaler, tc=tc,
+        out=run.out, total_steps=total, device=run.device, autocast=autocast_factory(run.device, precision),
+        corpus=corpus, state=TrainState(fingerprint=fingerprint), encode_autocast=val_autocast,
+    )
+    _begin(run, trainer, corpus_texts, start_vectors, resume_dir)
+    log.info(
+        "training %d steps (%d frozen-index): %d examples, global batch %d (%d per device x %d) x %d accumulation, "
+        "H=%d, loss %s, corpus negatives %s, precision %s", total, tc.frozen_steps, len(data.train_examples),
+        tc.batch_size * run.world, tc.batch_size, run.world, tc.grad_accumulation_steps, tc.hard_negatives,
+        type(loss).__name__, tc.corpus_negatives, precision,
+    )
+    try:
+        state = trainer.fit()
+    except BaseException:
+        trainer.logger.close()  # flush what was logged (and finish a wandb run) before the error propagates
+        raise
+    # the run's data as dpr.run_dir compares it (another train_file= into this finished run is another run)
+    info = {"resumed_from": str(resume_dir) if resume_dir else None,
+            "data_fingerprints": data_fingerprints(data.train_file, data.paths.dev), **dict(extra_summary or {})}
+    check_not_collapsed(model, tokenizer, data.train_examples, str(run.out))  # before the run is called done
+    summary = _finish(run, model, tokenizer, state, precision, wall_start, info, resolved=data.resolved)
+    if run.main and on_saved is not None and trainer.best_vectors is not None and summary["final_weights"] != "last":
+        on_saved(run.out, corpus_texts[0], trainer.best_vectors, computed_with={
+            "device": str(run.device), "autocast": val_autocast, "max_length": mcfg.passage_max_length})
+    trainer.logger.summary({"best_step": state.best_step, **summary["final_metrics"]})
+    trainer.logger.close()
+    dist.barrier()
+    return summary
+
+
+def _start(conf: dict, tc: TrainConfig) -> _Run:
+    """Join the process group, agree on the output directory and seed the global RNGs."""
     dist.init_distributed()
     rank, world, main = dist.rank(), dist.world_size(), dist.is_main()
     device = dist.device()
@@ -92,7 +173,10 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     if tc.deterministic:
         use_deterministic_algorithms()
     seed_everything(seed)  # before building: a projection layer is initialised from the global RNG
+    return _Run(conf, tc, out, seed, rank, world, main, device)
 
+
+def _read_data(conf: dict, tc: TrainConfig) -> _Data:
     paths = DatasetPaths(Path(conf["data_dir"]) / conf["data"]["name"])
     train_file = Path(conf.get("train_file") or paths.train)  # re-mining rounds train on their own file
     if not train_file.is_file():
@@ -103,136 +187,136 @@ def _train(conf: dict, tc: TrainConfig, extra_summary: Mapping[str, Any] | None,
     if tc.validate and not dev_examples:
         log.warning("%s: no dev examples: no validation, the final weights are the last step's", paths.dev)
     kind = conf["data"].get("kind") or paths.kind
-    # what the "auto" settings become for this data (also in the summary and the model card)
     resolved = {"multi_positive": tc.multi_positive_for(kind), "best_metric": tc.best_metric_for(kind)}
+    return _Data(paths, train_file, train_examples, dev_examples, kind, resolved)
 
-    model_cfg = dict(conf["model"])
+
+def _build_model(run: _Run) -> tuple[Any, Any]:
+    """The bi-encoder and its tokenizer on the run's device, in training mode, with the run's dropout and frozen
+    layers."""
+    tc, model_cfg = run.tc, dict(run.conf["model"])
     check_trainable_dtype(model_cfg.get("dtype", "fp32"), model_cfg.get("lora"))
     model, tokenizer = load_biencoder(model_cfg.pop("name"), **model_cfg)
-    model.to(device).train()
-    mcfg = model.config
+    model.to(run.device).train()
     if tc.attention_dropout is not None:  # on the modules: the saved config.json keeps the model's own value
         n = set_attention_dropout(model, tc.attention_dropout)
         log.info("attention dropout %g in %d attention modules (training only)", tc.attention_dropout, n)
     if tc.passage_frozen_layers:
-        if mcfg.shared:
+        if model.config.shared:
             raise ValueError("train.passage_frozen_layers needs separate towers (model.shared=false): "
                              "in a shared tower it would freeze the question side too")
         frozen = freeze_bottom_layers(model.passage_encoder, tc.passage_frozen_layers)
         log.info("passage tower: embeddings and the first %d layers frozen (%d parameters)",
                  tc.passage_frozen_layers, frozen)
-    precision = resolve_precision(tc.precision, device, training=True)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    loss = build_loss(conf.get("loss"))
-    if tc.matryoshka_dims:  # the loss over nested prefixes of the vectors
+    return model, tokenizer
+
+
+def _loss(run: _Run, data: _Data) -> tuple[Any, RunTeacher]:
+    """The loss (over nested prefixes of the vectors with ``train.matryoshka_dims``) and its teacher (BM25 or a
+    scores file) with, under ``train.teacher_denoise``, the denoised examples."""
+    tc = run.tc
+    loss = build_loss(run.conf.get("loss"))
+    if tc.matryoshka_dims:
         from dpr.losses.matryoshka import MatryoshkaLoss
 
         loss = MatryoshkaLoss(loss, tc.matryoshka_dims, tc.matryoshka_weights, tc.matryoshka_distill)
-    # the loss's teacher (BM25 or a scores file) and, with train.teacher_denoise, the denoised examples
-    run_teacher = prepare_teacher(loss, tc, paths.root, paths.passages, train_file, train_examples, write_counts=main,
-                                  bm25=conf.get("bm25"))  # the run's bm25.* (BM25Config): the BM25 teacher's index
-    teacher, train_examples = run_teacher.teacher, run_teacher.examples
+    run_teacher = prepare_teacher(loss, tc, data.paths.root, data.paths.passages, data.train_file, data.train_examples,
+                                  write_counts=run.main,
+                                  bm25=run.conf.get("bm25"))  # the run's bm25.* (BM25Config): the BM25 teacher's index
+    return loss, run_teacher
 
+
+def _batches(run: _Run, data: _Data, tokenizer: Any, mcfg: Any, teacher: Any) -> tuple[TrainBatches, int]:
+    """This rank's batches and the run's total optimizer steps; refuses data too small for one step."""
+    tc, examples = run.tc, data.train_examples
     tokens = None
     if tc.token_cache is not False:  # tokenised once, cached beside the file (rank 0 writes it)
-        tokens = train_tokens(train_examples, tokenizer, train_file, question_max_length=mcfg.question_max_length,
+        tokens = train_tokens(examples, tokenizer, data.train_file, question_max_length=mcfg.question_max_length,
                               passage_max_length=mcfg.passage_max_length, question_prefix=mcfg.question_prefix,
-                              passage_prefix=mcfg.passage_prefix, write=main)
-    batches = TrainBatches(train_examples, tokenizer, tc, mcfg, seed=seed, rank=rank, world_size=world,
-                           multi_positive=resolved["multi_positive"], mask_answers=tc.mask_answers and kind == "qa",
-                           teacher=teacher, tokens=tokens)
+                              passage_prefix=mcfg.passage_prefix, write=run.main)
+    batches = TrainBatches(examples, tokenizer, tc, mcfg, seed=run.seed, shard=Shard(run.rank, run.world),
+                           multi_positive=data.resolved["multi_positive"],
+                           mask_answers=tc.mask_answers and data.kind == "qa", teacher=teacher, tokens=tokens)
     accum = tc.grad_accumulation_steps
     total = _total_steps(batches, tc)
     if batches.num_batches(0) < accum:
         raise ValueError(
-            f"{train_file}: {len(train_examples)} examples make {batches.num_batches(0)} global batches of "
-            f"{tc.batch_size * world}, fewer than grad_accumulation_steps={accum}: lower train.batch_size"
+            f"{data.train_file}: {len(examples)} examples make {batches.num_batches(0)} global batches of "
+            f"{tc.batch_size * run.world}, fewer than grad_accumulation_steps={accum}: lower train.batch_size"
             + (" (or set train.dedup_positives=false: many questions share a positive)" if tc.dedup_positives else "")
         )
-    optimizer = build_optimizer(model, tc.lr, tc.weight_decay, tuple(tc.adam_betas), tc.adam_eps, tc.optimizer_impl)
-    # one warm-up/decay per phase: the frozen-index steps, then the two-tower steps
-    scheduler = phased_schedule(optimizer, [tc.frozen_steps, total - tc.frozen_steps], tc.warmup_steps, tc.warmup_ratio)
+    return batches, total
 
+
+def _corpus_negatives(run: _Run, data: _Data, teacher: Any) -> tuple[tuple | None, CorpusNegatives | None]:
+    """``(validation corpus, corpus negatives)`` (each None when off): see :func:`_corpus`."""
+    tc = run.tc
     needs_corpus = tc.frozen_steps > 0 or tc.corpus_negatives
-    corpus_texts, cached = _corpus(paths, tc, needs_corpus, bool(dev_examples), train_examples, seed)
-    corpus = CorpusNegatives(*cached[:3], positions=cached[3], max_corpus=tc.corpus_max_passages,
-                             topk=tc.corpus_topk, multi_positive=resolved["multi_positive"],
-                             mask_answers=tc.mask_answers and kind == "qa", teacher=teacher,
-                             checkpointed=cached[3] is None) if cached is not None else None
-    val_autocast = "off" if precision == "fp32" else precision
-    validator = None
-    if dev_examples:
-        validator = Validator(tokenizer, dev_examples, corpus=corpus_texts if tc.val_corpus_topk else None,
-                              use_answers=kind == "qa", cfg=tc,
-                              question_max_length=mcfg.question_max_length, passage_max_length=mcfg.passage_max_length,
-                              autocast=val_autocast, primary_metric=resolved["best_metric"],
-                              tokens=validation_tokens(tc, tokenizer, mcfg, paths, dev_examples, corpus_texts, main))
+    corpus_texts, cached = _corpus(data.paths, tc, needs_corpus, bool(data.dev_examples), data.train_examples, run.seed)
+    if cached is None:
+        return corpus_texts, None
+    return corpus_texts, CorpusNegatives(*cached[:3], positions=cached[3], max_corpus=tc.corpus_max_passages,
+                                         topk=tc.corpus_topk, multi_positive=data.resolved["multi_positive"],
+                                         mask_answers=tc.mask_answers and data.kind == "qa", teacher=teacher,
+                                         checkpointed=cached[3] is None)
 
-    fingerprint = run_fingerprint({**conf, "loss": conf.get("loss")},
-                                  {**dataclasses.asdict(tc), **run_teacher.fingerprint}, train_file, world)
-    resume_dir = find_resume(tc.resume, out, fingerprint,
-                             lora_base_fingerprint(conf["model"]["name"], conf["model"].get("lora")))
 
+def _validator(run: _Run, data: _Data, tokenizer: Any, mcfg: Any, corpus_texts: tuple | None,
+               autocast: str) -> Validator | None:
+    """The dev validation (None without dev examples)."""
+    if not data.dev_examples:
+        return None
+    tc = run.tc
+    return Validator(tokenizer, data.dev_examples, corpus=corpus_texts if tc.val_corpus_topk else None,
+                     use_answers=data.kind == "qa", cfg=tc,
+                     encoding=DevEncoding(question_max_length=mcfg.question_max_length,
+                                          passage_max_length=mcfg.passage_max_length, autocast=autocast),
+                     primary_metric=data.resolved["best_metric"],
+                     tokens=validation_tokens(tc, tokenizer, mcfg, data.paths, data.dev_examples, corpus_texts,
+                                              run.main))
+
+
+def _train_model(run: _Run, model: Any, tokenizer: Any, examples: Any, resume_dir: Path | None) -> torch.nn.Module:
+    """The module the steps run: the model (its projection PCA-initialised with ``train.projection_init`` on a
+    fresh run), wrapped in DDP under torchrun."""
+    tc, device = run.tc, run.device
     if tc.projection_init and resume_dir is None:  # before DDP, which broadcasts rank 0's weights
         from dpr.training.projection_init import init_projection_pca
 
-        init_projection_pca(model, tokenizer, train_examples, device=device)
-    train_model: torch.nn.Module = model
-    if dist.is_distributed():
-        from torch.nn.parallel import DistributedDataParallel
+        init_projection_pca(model, tokenizer, examples, device=device)
+    if not dist.is_distributed():
+        return model
+    from torch.nn.parallel import DistributedDataParallel
 
-        # frozen-index steps leave the passage tower unused (separate towers)
-        unused = tc.frozen_steps > 0 and not mcfg.shared
-        train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                              broadcast_buffers=False, find_unused_parameters=unused)
-    trainer = Trainer(
-        model=model, train_model=train_model, tokenizer=tokenizer, loss=loss,
-        step_fn=make_step(tc.grad_cache_chunk_size, tc.bucket_size_for(device)),
-        batches=batches, validator=validator, optimizer=optimizer, scheduler=scheduler, scaler=scaler, tc=tc, out=out,
-        total_steps=total, device=device, autocast=autocast_factory(device, precision), corpus=corpus,
-        state=TrainState(fingerprint=fingerprint), encode_autocast=val_autocast,
-    )
+    # frozen-index steps leave the passage tower unused (separate towers)
+    unused = tc.frozen_steps > 0 and not model.config.shared
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                   broadcast_buffers=False, find_unused_parameters=unused)
+
+
+def _begin(run: _Run, trainer: Trainer, corpus_texts: tuple | None, start_vectors: CorpusVectors | None,
+           resume_dir: Path | None) -> None:
+    """The trainer's starting point: the given start vectors (checked), a checkpoint to resume, or a fresh start
+    (an older run's checkpoints removed, each rank its own dropout seed); then its metrics logger."""
+    tc, out = run.tc, run.out
     if start_vectors is not None and tc.projection_init:  # encoded by the weights before the projection was set
         log.info("projection_init: the given start vectors are not this run's starting weights; not used")
         start_vectors = None
     if start_vectors is not None and corpus_texts is not None and resume_dir is None:
-        trainer.start_vectors = check_start_vectors(model, tokenizer, corpus_texts, start_vectors,
-                                                    max_length=mcfg.passage_max_length, autocast=val_autocast)
+        trainer.start_vectors = check_start_vectors(trainer.model, trainer.tokenizer, corpus_texts, start_vectors,
+                                                    max_length=trainer.model.config.passage_max_length,
+                                                    autocast=trainer.encode_autocast)
     if resume_dir is not None:
         trainer.restore(resume_dir)
     else:
-        if main and (out / ckpt.CHECKPOINT_DIR).is_dir():
+        if run.main and (out / ckpt.CHECKPOINT_DIR).is_dir():
             # a fresh run: an older run's checkpoints (or best weights) must never be resumed or restored
             shutil.rmtree(out / ckpt.CHECKPOINT_DIR)
         dist.barrier()
-        seed_everything(seed + rank)  # ranks draw different dropout masks
-    logger_cfg = dict(conf.get("logger") or {})
-    trainer.logger = MetricsLogger(out, enabled=main, run_config=conf, resume_step=trainer.state.step,
+        seed_everything(run.seed + run.rank)  # ranks draw different dropout masks
+    logger_cfg = dict(run.conf.get("logger") or {})
+    trainer.logger = MetricsLogger(out, enabled=run.main, run_config=run.conf, resume_step=trainer.state.step,
                                    wandb_cfg=logger_cfg if logger_cfg.get("type") == "wandb" else None)
-    log.info(
-        "training %d steps (%d frozen-index): %d examples, global batch %d (%d per device x %d) x %d accumulation, "
-        "H=%d, loss %s, corpus negatives %s, precision %s", total, tc.frozen_steps, len(train_examples),
-        tc.batch_size * world, tc.batch_size, world, accum, tc.hard_negatives, type(loss).__name__,
-        tc.corpus_negatives, precision,
-    )
-    try:
-        state = trainer.fit()
-    except BaseException:
-        trainer.logger.close()  # flush what was logged (and finish a wandb run) before the error propagates
-        raise
-    # the run's data as dpr.run_dir compares it (another train_file= into this finished run is another run)
-    info = {"resumed_from": str(resume_dir) if resume_dir else None,
-            "data_fingerprints": data_fingerprints(train_file, paths.dev), **dict(extra_summary or {})}
-    check_not_collapsed(model, tokenizer, train_examples, str(out))  # before the run is called done
-    summary = _finish(out, model, tokenizer, state, tc, conf, main, precision, world, wall_start, info,
-                      resolved=resolved)
-    if main and on_saved is not None and trainer.best_vectors is not None and summary["final_weights"] != "last":
-        on_saved(out, corpus_texts[0], trainer.best_vectors, computed_with={
-            "device": str(device), "autocast": val_autocast, "max_length": mcfg.passage_max_length})
-    trainer.logger.summary({"best_step": state.best_step, **summary["final_metrics"]})
-    trainer.logger.close()
-    dist.barrier()
-    return summary
 
 
 def _corpus(paths: DatasetPaths, tc: TrainConfig, needs_corpus: bool, validates: bool, train_examples: Any,
@@ -267,9 +351,11 @@ def _corpus(paths: DatasetPaths, tc: TrainConfig, needs_corpus: bool, validates:
     return corpus_texts, (sample.ids, sample.texts, sample.titles, sample.positions)
 
 
-def _finish(out, model, tokenizer, state: TrainState, tc: TrainConfig, conf: dict, main: bool, precision: str,
-            world: int, wall_start: float, extra: Mapping[str, Any] | None, *, resolved: Mapping[str, Any]) -> dict:
-    """Save the best (or, without validation, the last) weights to ``out`` and write the summary."""
+def _finish(run: _Run, model, tokenizer, state: TrainState, precision: str, wall_start: float,
+            extra: Mapping[str, Any] | None, *, resolved: Mapping[str, Any]) -> dict:
+    """Save the best (or, without validation, the last) weights to the run's output directory and write the
+    summary."""
+    out, tc, conf, main, world = run.out, run.tc, run.conf, run.main, run.world
     final_from = "last"
     best = ckpt.read_best(out) if state.best_step is not None else None
     if best is not None and best.get("step") == state.best_step:

@@ -37,13 +37,25 @@ from dpr.training.dev_metrics import DevMetric, DevRankings, dev_metrics, evalua
 log = logging.getLogger(__name__)
 
 
-def _encode(model, tokenizer, texts, tower, *, batch_size, max_length, autocast, titles=None,
-            tokens=None) -> torch.Tensor:
-    from dpr.models.encode_options import EncodeOptions
-    from dpr.models.inference import encode_texts
+@dataclasses.dataclass(frozen=True)
+class DevEncoding:
+    """How validation encodes the dev questions and passages: truncation lengths per tower, the autocast
+    precision ("off", "bf16", "fp16") and the texts per forward."""
 
-    options = EncodeOptions(batch_size=batch_size, max_length=max_length, autocast=autocast, tokens=tokens)
-    return encode_texts(model, tokenizer, texts, tower, options, titles=titles)
+    question_max_length: int = 64
+    passage_max_length: int = 256
+    autocast: str = "off"
+    batch_size: int = 64
+
+    def encode(self, model, tokenizer, texts, tower: str, *, titles=None, tokens=None) -> torch.Tensor:
+        """``texts`` encoded by ``tower`` ("question" or "passage") of ``model``."""
+        from dpr.models.encode_options import EncodeOptions
+        from dpr.models.inference import encode_texts
+
+        max_length = self.question_max_length if tower == "question" else self.passage_max_length
+        options = EncodeOptions(batch_size=self.batch_size, max_length=max_length, autocast=self.autocast,
+                                tokens=tokens)
+        return encode_texts(model, tokenizer, texts, tower, options, titles=titles)
 
 
 def _select(examples: Sequence[dict], max_questions: int) -> list[dict]:
@@ -69,15 +81,13 @@ def average_rank(
     *,
     hard_negatives: int = 30,
     max_questions: int = 0,
-    batch_size: int = 64,
-    question_max_length: int = 64,
-    passage_max_length: int = 256,
-    autocast: str = "off",
+    encoding: DevEncoding = DevEncoding(),
     question_vectors: torch.Tensor | None = None,
     known_passages: tuple[list[str], torch.Tensor] | None = None,
 ) -> dict:
     """DPR's average rank of each dev question's positive within the pooled dev passages, and every other
-    registered pool metric (MRR, ...), with the pool's size and the number of questions.
+    registered pool metric (MRR, ...), with the pool's size and the number of questions; ``encoding``: how what
+    is not given is encoded.
 
     ``question_vectors`` (rows of the selected examples) and ``known_passages`` (ids, vectors — the
     encoded corpus) skip re-encoding what the caller already has; only missing pool passages are encoded.
@@ -85,20 +95,19 @@ def average_rank(
     examples = _select(examples, max_questions)
     if not examples:
         return {}
-    kw = dict(batch_size=batch_size, autocast=autocast)
     q = question_vectors
     if q is None:
-        q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
+        q = encoding.encode(model, tokenizer, [ex["question"] for ex in examples], "question")
     ranks, pool_size = _pool_ranks(model, tokenizer, examples, q, known_passages, hard_negatives=hard_negatives,
-                                   passage_max_length=passage_max_length, **kw)
+                                   encoding=encoding)
     pool_metrics = [m for m in dev_metrics(()) if not m.needs_corpus]
     return {**evaluate(pool_metrics, DevRankings(examples, pool_ranks=ranks)),
             "rank_pool_size": pool_size, "num_questions": len(examples)}
 
 
 def _pool_ranks(model, tokenizer, examples: Sequence[dict], q: torch.Tensor,
-                known_passages: tuple[list[str], torch.Tensor] | None, *, hard_negatives: int, batch_size: int,
-                passage_max_length: int, autocast: str) -> tuple[torch.Tensor, int]:
+                known_passages: tuple[list[str], torch.Tensor] | None, *, hard_negatives: int,
+                encoding: DevEncoding) -> tuple[torch.Tensor, int]:
     """Each question's rank in the dev pool (float64) and the pool's size."""
     pool = _rank_pool(examples, hard_negatives)
     ids = list(pool)
@@ -110,9 +119,9 @@ def _pool_ranks(model, tokenizer, examples: Sequence[dict], q: torch.Tensor,
         have = [j for j, pid in enumerate(ids) if pid in known_row]
         p[have] = known_passages[1][[known_row[ids[j]] for j in have]]
     if missing:
-        p[[col[pid] for pid in missing]] = _encode(
-            model, tokenizer, [pool[i]["text"] for i in missing], "passage", max_length=passage_max_length,
-            titles=[pool[i].get("title") or "" for i in missing], batch_size=batch_size, autocast=autocast)
+        p[[col[pid] for pid in missing]] = encoding.encode(
+            model, tokenizer, [pool[i]["text"] for i in missing], "passage",
+            titles=[pool[i].get("title") or "" for i in missing])
     ranks = []
     for start in range(0, len(examples), 256):
         scores = _similarity(model, q[start:start + 256], p)
@@ -163,27 +172,23 @@ def corpus_topk_accuracy(
     ks: Sequence[int] = (1, 5, 20),
     use_answers: bool = True,
     max_questions: int = 0,
-    batch_size: int = 64,
-    question_max_length: int = 64,
-    passage_max_length: int = 256,
-    autocast: str = "off",
+    encoding: DevEncoding = DevEncoding(),
     question_vectors: torch.Tensor | None = None,
     passage_vectors: torch.Tensor | None = None,
 ) -> dict:
     """Top-k accuracy of dev questions against the whole corpus: ``{"top1": .., "top5": .., "top20": ..}``;
     for qrels data (examples carrying ``qrels``) also ``ndcg@10``, graded as trec_eval grades it; and every
-    other registered corpus metric that applies."""
+    other registered corpus metric that applies. ``encoding``: how the vectors not given are encoded."""
     examples = _select(examples, max_questions)
     metrics = _corpus_metrics(ks, use_answers)
     if not examples or not corpus[0] or not metrics:
         return {}
-    kw = dict(batch_size=batch_size, autocast=autocast)
     p = passage_vectors
     if p is None:
-        p = _encode(model, tokenizer, corpus[1], "passage", max_length=passage_max_length, titles=corpus[2], **kw)
+        p = encoding.encode(model, tokenizer, corpus[1], "passage", titles=corpus[2])
     q = question_vectors
     if q is None:
-        q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length, **kw)
+        q = encoding.encode(model, tokenizer, [ex["question"] for ex in examples], "question")
     ranking, hits = _corpus_ranking(model, examples, corpus, q, p, metrics, use_answers)
     return evaluate(metrics, DevRankings(examples, corpus_ranking=ranking, corpus_hits=hits, graded=not use_answers))
 
@@ -229,14 +234,15 @@ def validate(
     corpus: tuple[list[str], list[str], list[str]] | None,
     use_answers: bool,
     cfg: dict,
-    question_max_length: int,
-    passage_max_length: int,
-    autocast: str,
+    encoding: DevEncoding,
     return_vectors: bool = False,
     passage_vectors: torch.Tensor | None = None,
     tokens: Mapping[str, Any] | None = None,
 ) -> dict | tuple[dict, torch.Tensor | None]:
     """All validation metrics for the current weights (the model is put back in training mode).
+
+    ``cfg``: the ``val_*`` keys of a ``TrainConfig`` (a mapping); ``encoding``: the lengths and autocast the dev
+    texts are encoded with (its batch size is ``cfg``'s ``val_batch_size`` where ``cfg`` has one).
 
     ``return_vectors``: also return the corpus vectors it encoded (corpus negatives reuse them);
     ``passage_vectors``: the corpus vectors of the current passage tower when the caller has them.
@@ -253,20 +259,19 @@ def validate(
         examples = _select(dev_examples, int(cfg.get("val_max_questions", 0) or 0))
         if not examples:
             return ({}, None) if return_vectors else {}
-        kw = dict(batch_size=int(cfg.get("val_batch_size", 64)), autocast=autocast)
-        q = _encode(model, tokenizer, [ex["question"] for ex in examples], "question", max_length=question_max_length,
-                    tokens=tokens.get("questions"), **kw)
+        encoding = dataclasses.replace(encoding, batch_size=int(cfg.get("val_batch_size", encoding.batch_size)))
+        q = encoding.encode(model, tokenizer, [ex["question"] for ex in examples], "question",
+                            tokens=tokens.get("questions"))
         p = passage_vectors
         if corpus is not None and p is None:
-            p = _encode(model, tokenizer, corpus[1], "passage", max_length=passage_max_length, titles=corpus[2],
-                        tokens=tokens.get("corpus"), **kw)
-        common = dict(question_max_length=question_max_length, passage_max_length=passage_max_length, **kw)
+            p = encoding.encode(model, tokenizer, corpus[1], "passage", titles=corpus[2], tokens=tokens.get("corpus"))
         metrics = average_rank(model, tokenizer, examples, hard_negatives=int(cfg.get("val_hard_negatives", 30)),
-                               question_vectors=q, known_passages=(corpus[0], p) if p is not None else None, **common)
+                               encoding=encoding, question_vectors=q,
+                               known_passages=(corpus[0], p) if p is not None else None)
         if corpus is not None:
             metrics.update(corpus_topk_accuracy(
                 model, tokenizer, examples, corpus, ks=list(cfg.get("val_topk", (1, 5, 20))),
-                use_answers=use_answers, question_vectors=q, passage_vectors=p, **common,
+                use_answers=use_answers, encoding=encoding, question_vectors=q, passage_vectors=p,
             ))
     finally:
         model.train(was_training)
@@ -277,15 +282,14 @@ class Validator:
     """Dev validation as the trainer uses it: names its primary metric and whether greater is better."""
 
     def __init__(self, tokenizer, dev_examples: Sequence[dict], *, corpus, use_answers: bool, cfg: Any,
-                 question_max_length: int, passage_max_length: int, autocast: str, primary_metric: str,
-                 tokens: Mapping[str, Any] | None = None) -> None:
-        """``cfg``: the run's typed ``TrainConfig`` (its ``val_*`` keys; a mapping of them works too); ``tokens``:
-        the dev questions' and the corpus's token tables (:func:`validate`)."""
+                 encoding: DevEncoding, primary_metric: str, tokens: Mapping[str, Any] | None = None) -> None:
+        """``cfg``: the run's typed ``TrainConfig`` (its ``val_*`` keys; a mapping of them works too); ``encoding``:
+        the dev texts' lengths and autocast; ``tokens``: the dev questions' and the corpus's token tables
+        (:func:`validate`)."""
         self.tokenizer, self.examples, self.corpus = tokenizer, list(dev_examples), corpus
         self.tokens = dict(tokens or {})
         cfg = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg or {})
-        self.use_answers, self.cfg, self.autocast = use_answers, cfg, autocast
-        self.q_len, self.p_len = question_max_length, passage_max_length
+        self.use_answers, self.cfg, self.encoding = use_answers, cfg, encoding
         self.primary_metric = primary_metric
         self.greater_is_better = greater_is_better(primary_metric)
         # refused here, before a step is trained, rather than at the first validation
@@ -303,8 +307,7 @@ class Validator:
         """``(metrics, corpus vectors or None)`` for the current weights (``passage_vectors``: the corpus
         encoded by the current passage tower, when the caller knows it has not changed)."""
         return validate(model, self.tokenizer, self.examples, corpus=self.corpus, use_answers=self.use_answers,
-                        cfg=self.cfg, question_max_length=self.q_len, passage_max_length=self.p_len,
-                        autocast=self.autocast, return_vectors=True, passage_vectors=passage_vectors,
+                        cfg=self.cfg, encoding=self.encoding, return_vectors=True, passage_vectors=passage_vectors,
                         tokens=self.tokens)
 
     def metric(self, metrics: dict) -> str:

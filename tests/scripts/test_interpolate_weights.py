@@ -26,7 +26,7 @@ def test_the_ends_score_the_trained_and_the_start_model(tiny_model_dir, tiny_dat
     from dpr.models.io import build_biencoder, save_biencoder
     from dpr.models.biencoder import BiEncoderConfig
     from dpr.training.batching import load_examples
-    from dpr.training.validation import load_corpus, validate
+    from dpr.training.validation import DevEncoding, load_corpus, validate
 
     cfg = BiEncoderConfig(name=str(tiny_model_dir), similarity="cosine", temperature=0.05, passage_max_length=64)
     torch.manual_seed(0)
@@ -44,8 +44,8 @@ def test_the_ends_score_the_trained_and_the_start_model(tiny_model_dir, tiny_dat
     dev = load_examples(tiny_data_dir / "tiny" / "dev.json")
     corpus = load_corpus(tiny_data_dir / "tiny" / "passages.tsv")
     for row, model in zip(rows, (trained, start)):
-        want = validate(model, tok, dev, corpus=corpus, use_answers=True, cfg={}, question_max_length=64,
-                        passage_max_length=64, autocast="off")
+        want = validate(model, tok, dev, corpus=corpus, use_answers=True, cfg={},
+                        encoding=DevEncoding(question_max_length=64, passage_max_length=64, autocast="off"))
         assert row["avg_rank"] == pytest.approx(want["avg_rank"]) and row["mrr"] == pytest.approx(want["mrr"], abs=1e-6)
         assert row["top1"] == want["top1"] and row["top5"] == want["top5"]
     # the two ends differ (the test would not tell them apart otherwise)

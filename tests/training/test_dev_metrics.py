@@ -12,7 +12,7 @@ import torch
 from dpr.training import dev_metrics as dm
 from dpr.training.config import TrainConfig
 from dpr.training.dev_metrics import DevMetric, DevRankings, evaluate, greater_is_better, register_metric
-from dpr.training.validation import Validator, average_rank, corpus_topk_accuracy
+from dpr.training.validation import DevEncoding, Validator, average_rank, corpus_topk_accuracy
 
 
 @pytest.fixture()
@@ -79,8 +79,8 @@ def test_greater_is_better_reads_the_registry_then_the_name_rule(registry):
 
 def test_a_lower_is_better_metric_keeps_the_lowest(registry):
     register_metric(DevMetric("misses", False, lambda r: (r.pool_ranks > 0).double()))
-    v = Validator(None, [], corpus=None, use_answers=True, cfg={}, question_max_length=8, passage_max_length=8,
-                  autocast="off", primary_metric="misses")
+    v = Validator(None, [], corpus=None, use_answers=True, cfg={}, encoding=DevEncoding(8, 8),
+                  primary_metric="misses")
     assert not v.greater_is_better
     best = None
     for value in [0.5, 0.75, 0.25, float("nan"), 0.25, 0.5]:
@@ -120,7 +120,7 @@ def test_train_config_and_validator_accept_a_registered_metric(registry):
         TrainConfig.from_dict({"best_metric": "judged@3"}).best_metric_for("qa")
     assert TrainConfig.from_dict({"best_metric": "judged@3"}).best_metric_for("qrels") == "judged@3"
     dev = [{"question": "q", "answers": ["a"], "positive_ctxs": [{"passage_id": "p"}]}]
-    kw = dict(use_answers=True, cfg={"val_topk": [1]}, question_max_length=8, passage_max_length=8, autocast="off")
+    kw = dict(use_answers=True, cfg={"val_topk": [1]}, encoding=DevEncoding(8, 8))
     assert Validator(None, dev, corpus=None, primary_metric="misses", **kw)
     with pytest.raises(ValueError, match="best_metric='recall@3'.*computes avg_rank, mrr, misses "):
         Validator(None, dev, corpus=None, primary_metric="recall@3", **kw)

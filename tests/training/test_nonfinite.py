@@ -15,7 +15,7 @@ import torch
 
 from dpr.training.trainer import TrainingDiverged, check_step_finite, nonfinite_parameters
 from dpr.training.train import train
-from dpr.training.validation import Validator, average_rank, corpus_topk_accuracy
+from dpr.training.validation import DevEncoding, Validator, average_rank, corpus_topk_accuracy
 from tests.run_command import run_as_subprocess
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -181,8 +181,8 @@ def test_validation_ranks_a_non_finite_score_last(bad):
 
 
 def test_a_non_finite_metric_is_never_the_best():
-    v = Validator(None, [], corpus=None, use_answers=True, cfg={}, question_max_length=8, passage_max_length=8,
-                  autocast="off", primary_metric="avg_rank")
+    v = Validator(None, [], corpus=None, use_answers=True, cfg={}, encoding=DevEncoding(8, 8),
+                  primary_metric="avg_rank")
     assert not v.is_better("avg_rank", float("nan"), None)
     assert not v.is_better("mrr", float("nan"), 0.5)
     assert v.is_better("avg_rank", 3.0, None) and v.is_better("avg_rank", 2.0, 3.0)

@@ -233,16 +233,16 @@ def test_accepted_values_train_to_finite_numbers(where, value, tiny_model_dir, t
 
 
 def test_the_validator_never_swaps_a_missing_primary_metric_for_another():
-    from dpr.training.validation import Validator
+    from dpr.training.validation import DevEncoding, Validator
 
-    v = Validator(None, [], corpus=None, use_answers=True, cfg={}, question_max_length=8, passage_max_length=8,
-                  autocast="off", primary_metric="top5")
+    v = Validator(None, [], corpus=None, use_answers=True, cfg={}, encoding=DevEncoding(8, 8),
+                  primary_metric="top5")
     assert v.metric({"avg_rank": 2.0, "top5": 0.9}) == "top5" and v.greater_is_better
     with pytest.raises(ValueError, match="best_metric='top5': the dev validation gave no such metric"):
         v.metric({"avg_rank": 2.0, "mrr": 0.5, "mrr_ci95": 0.1})
     # with dev examples, a metric this run's validation cannot compute is refused before any step is trained
     dev = [{"question": "q", "answers": ["a"], "positive_ctxs": [{"passage_id": "p"}]}]
-    kw = dict(use_answers=True, cfg={"val_topk": [1, 5]}, question_max_length=8, passage_max_length=8, autocast="off")
+    kw = dict(use_answers=True, cfg={"val_topk": [1, 5]}, encoding=DevEncoding(8, 8))
     with pytest.raises(ValueError, match="best_metric='top5': this run's dev validation computes avg_rank, mrr "):
         Validator(None, dev, corpus=None, primary_metric="top5", **kw)  # no corpus: no top-k
     with pytest.raises(ValueError, match="best_metric='ndcg@10'.*computes avg_rank, mrr, top1, top5 "):

@@ -147,12 +147,13 @@ def test_loss_decreases_and_best_weights_are_saved(tiny_model_dir, tiny_data_dir
     # the saved model is the best one: re-validate it and get the best numbers back
     from dpr.models import load_biencoder
     from dpr.training.batching import load_examples
-    from dpr.training.validation import average_rank
+    from dpr.training.validation import DevEncoding, average_rank
 
     model, tok = load_biencoder(out)
     dev = load_examples(tiny_data_dir / "tiny" / "dev.json")
-    again = average_rank(model, tok, dev, question_max_length=32, passage_max_length=64,
-                         autocast="off" if summary["precision"] == "fp32" else summary["precision"])
+    again = average_rank(model, tok, dev, encoding=DevEncoding(
+        question_max_length=32, passage_max_length=64,
+        autocast="off" if summary["precision"] == "fp32" else summary["precision"]))
     assert again["avg_rank"] == pytest.approx(best["avg_rank"])
     saved = json.loads((out / "train_summary.json").read_text())
     assert saved["steps"] == 30 and saved["best_step"] == best["step"] and saved["wall_time_s"] > 0
@@ -251,14 +252,14 @@ def test_cli_bad_input_is_one_line_exit_2(tiny_model_dir, tiny_data_dir, tmp_pat
 def test_validation_reuses_corpus_vectors_without_changing_numbers(tiny_model_dir, tiny_data_dir):
     from dpr.models import load_biencoder
     from dpr.training.batching import load_examples
-    from dpr.training.validation import average_rank, corpus_topk_accuracy, load_corpus, validate
+    from dpr.training.validation import DevEncoding, average_rank, corpus_topk_accuracy, load_corpus, validate
 
     torch.manual_seed(0)
     model, tok = load_biencoder(str(tiny_model_dir), pooling="mean", question_max_length=32, passage_max_length=64)
     dev = load_examples(tiny_data_dir / "tiny" / "dev.json")
     dev[0]["hard_negative_ctxs"] = [{"passage_id": "p9", "title": "", "text": "a passage outside the corpus"}]
     corpus = load_corpus(tiny_data_dir / "tiny" / "passages.tsv")
-    kw = dict(question_max_length=32, passage_max_length=64, autocast="off")
+    kw = dict(encoding=DevEncoding(question_max_length=32, passage_max_length=64, autocast="off"))
     together = validate(model, tok, dev, corpus=corpus, use_answers=True, cfg={"val_topk": [1, 2, 20]}, **kw)
     alone = average_rank(model, tok, dev, **kw)
     topk = corpus_topk_accuracy(model, tok, dev, corpus, ks=[1, 2, 20], **kw)
