@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from tqdm import tqdm
 
-from dpr.atomic import atomic_path, check_replaceable, write_json_atomic
+from dpr.atomic import atomic_path, check_can_write, check_replaceable, write_json_atomic
 from dpr.bm25.config import METHOD, BM25BuildConfig, BM25Config
 from dpr.bm25.shards import Shard, build_shards, copy_shards, load_shards
 from dpr.bm25.weights import bm25_csc, pack_tokens
@@ -296,6 +296,7 @@ def get_or_build_index(passages_path: str | Path, index_dir: str | Path,
             return load_index(index_dir)
         log.info("BM25 index %s is stale (other passages or parameters): rebuilding", index_dir)
     check_replaceable(index_dir, directory=True, owned=_is_index)  # before the build, not after it
+    check_can_write(index_dir)  # a read-only place (or a file above it) is named before the build, too
     index = build_index(passages_path, shard_passages=shard_passages,
                         **{k: v for k, v in params.items() if k != "method"})
     index.meta["key"] = key

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from dpr.atomic import check_replaceable
@@ -40,6 +40,11 @@ PATH_KEYS = ("data_dir", "output_dir", "data.mirror_dir", "data.cache_dir", "pas
 # command runs, so a missing local directory is named as such (Hugging Face would call it a malformed repo id).
 MODEL_KEYS = ("model_path", "model.name", "rerank.model", "rerank.model.name", "reader_cfg.model", "reader_model",
               "teacher_cfg.rerank.model", "teacher_cfg.rerank.model.name")  # rerank.model: a name or {name, lora}
+# Config keys naming input files (a list for dpr-eval's ``results``): an empty value or a directory is refused before
+# the command runs, naming the key (it would read the launch directory, or fail as a bare "[Errno 21] Is a
+# directory" after the command had made its output directory).
+FILE_INPUT_KEYS = ("passages", "qa", "queries", "qrels", "bm25", "dense", "bm25_dev", "dense_dev", "qrels_dev",
+                   "index_path", "results")
 # how a model key is named in the message: the cross-encoder's model by its key, whichever spelling gave it
 _MODEL_KEY_SHOWN = {"rerank.model.name": "rerank.model", "teacher_cfg.rerank.model.name": "teacher_cfg.rerank.model"}
 # Expected failures: one line, exit 2. Anything else is a bug: one line + the traceback in a log file.
@@ -134,6 +139,30 @@ def check_output_dir(path: str | os.PathLike, what: str = "output_dir") -> Path:
                                      "missing target); give a directory")
         raise NotADirectoryError(f"{what} {p}: exists and is not a directory; give a directory")
     return p
+
+
+def check_not_empty(key: str, value: object, what: str) -> None:
+    """ValueError naming ``key`` when ``value`` is an empty (or blank) path: ``output_dir=`` would otherwise mean
+    the launch directory itself."""
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(f"config key {key}: an empty path; give {what}")
+
+
+def check_input_files(cfg: DictConfig) -> None:
+    """Each input file key of :data:`FILE_INPUT_KEYS` that is set names a path, and not a directory (a missing
+    file is left to the reader, whose message names it)."""
+    for key in FILE_INPUT_KEYS:
+        try:
+            value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        except OmegaConfBaseException:  # an interpolation that cannot resolve: the command's to report
+            continue
+        values = list(value) if isinstance(value, (list, tuple, ListConfig)) else [value]
+        for v in values:
+            if not isinstance(v, str):
+                continue
+            check_not_empty(key, v, "a file")
+            if user_path(v).is_dir():
+                raise IsADirectoryError(f"config key {key}: {user_path(v)} is a directory; give a file")
 
 
 def check_safetensors_file(path: Path) -> None:
@@ -277,8 +306,10 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
                                     check_model_path(value)
                                 except FileNotFoundError as err:
                                     raise FileNotFoundError(f"{_MODEL_KEY_SHOWN.get(key, key)}: {err}") from None
+                        check_input_files(a)
                         for key in (*outputs, *file_outputs):
                             value = OmegaConf.select(a, key, default=None)
+                            check_not_empty(key, value, "a file" if key in file_outputs else "a directory")
                             if isinstance(value, str) and value:
                                 if key in file_outputs:
                                     check_writable(value, key)

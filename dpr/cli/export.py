@@ -28,7 +28,7 @@ CHECK_PASSAGES = [("Paris", "Paris is the capital and most populous city of Fran
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="export")
-@report_errors("dpr-export")
+@report_errors("dpr-export", outputs=("output",))  # writable, not a file: checked before the export is built
 def _run(cfg: DictConfig) -> None:
     from dpr.cli.schemas import check_config
     from dpr.export import compare_export, export_sentence_transformers

@@ -203,12 +203,14 @@ def _check_output_dir(argv: list[str]) -> None:
              and "=" in a]
     target = given[-1] if given and "${" not in given[-1] else "runs/train"
     try:
+        if given and not given[-1].strip():
+            raise ValueError("config key output_dir: an empty path; give a directory")
         check_output_dir(target, "output_dir")
         if given and "${" not in given[-1]:  # a running run's directory: refused before Hydra writes its log there
             from dpr.run_dir import check_run_dir_free
 
             check_run_dir_free(target)
-    except OSError as err:
+    except (OSError, ValueError) as err:
         print(f"dpr-train: error: {err}", file=sys.stderr)
         sys.exit(2)
 
