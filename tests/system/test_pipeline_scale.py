@@ -102,7 +102,7 @@ def test_pipeline_without_the_untrained_baseline(tiny_data_dir, tiny_model_dir, 
     from tests.system.test_pipeline import _pipeline
 
     out = tmp_path / "run"
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "scale.untrained_max_passages=7")  # 8 passages: off
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "scale.untrained_max_passages=7", in_process=True)  # 8: off
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "eval" / "report.json").read_text())
     assert {"bm25", "dense", "hybrid"} <= set(report["systems"]) and "dense_untrained" not in report["systems"]
