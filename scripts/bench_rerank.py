@@ -265,7 +265,7 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
     from dpr.rerank.data import collate
     from dpr.rerank.losses import LOSSES
     from dpr.rerank.model import document_text, load_cross_encoder
-    from dpr.rerank.train import train_step
+    from dpr.rerank.train import StepRecipe, train_step
     from dpr.trainkit.optim import build_optimizer, linear_schedule, resolve_warmup
     from dpr.trainkit.precision import autocast_context, resolve_precision
 
@@ -287,8 +287,8 @@ def bench_train(args, ce_dir: Path, st_dir: Path, precisions: list[str], peaks: 
         opt, sched = schedule(model)
         ctx = autocast_context(DEVICE, p)
         net = _InputsToDevice(model) if DEVICE.type == "cuda" else model
-        return lambda b: train_step(net, tok, b, opt, sched, LOSSES["listwise"], ctx, max_len, title,
-                                    args.max_grad_norm, length_bucket_size)["loss"]
+        recipe = StepRecipe(LOSSES["listwise"], ctx, max_len, title, args.max_grad_norm, length_bucket_size)
+        return lambda b: train_step(net, tok, b, opt, sched, recipe)["loss"]
 
     def make_peer(p: str):
         ce, trainer = _peer_trainer(st_dir, args, tmp)

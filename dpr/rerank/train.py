@@ -20,6 +20,7 @@ losses and weights up to float rounding (without dropout, whose draws are per ra
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from dpr import distributed as dist
 from dpr.atomic import write_json_atomic
 from dpr.models.length_buckets import encode_bucketed
 from dpr.perf.malloc import keep_freed_memory
+from dpr.rerank.collapse import check_scores_vary
 from dpr.rerank.config import RerankConfig
 from dpr.rerank.data import Group, GroupBatches, collate, read_groups_source
 from dpr.rerank.losses import LOSSES, bce_loss, group_accuracy
@@ -85,14 +87,26 @@ def forward_logits(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], au
     return logits.float().view(-1)
 
 
+@dataclasses.dataclass(frozen=True)
+class StepRecipe:
+    """What every training step computes with, fixed for a run: the loss over a step's ``[groups, 1 + N]`` logits
+    (`dpr.rerank.losses`), the autocast context (`dpr.trainkit.precision`), the pairs' token budget and whether
+    a passage's title joins its text, the gradient-norm clip, and the length buckets (`forward_logits`)."""
+
+    loss_fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    autocast: AutocastCtx
+    max_length: int
+    use_title: bool
+    max_grad_norm: float
+    length_bucket_size: int = 0
+
+
 def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], optimizer: torch.optim.Optimizer,
-               scheduler: Any, loss_fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-               autocast: AutocastCtx, max_length: int, use_title: bool, max_grad_norm: float,
-               length_bucket_size: int = 0, device: torch.device | str | None = None, scaler: Any = None,
+               scheduler: Any, recipe: StepRecipe, device: torch.device | str | None = None, scaler: Any = None,
                batch: Mapping[str, torch.Tensor] | None = None) -> dict:
     """One optimizer step on ``groups`` (what `train_cross_encoder` runs per step; `scripts/bench_rerank.py`
-    times it): tokenize the groups' pairs into one batch on ``device`` (None: the model's), forward under
-    ``autocast`` (in length buckets: `forward_logits`), ``loss_fn`` over the ``[groups, 1 + N]`` logits, backward,
+    times it): tokenize the groups' pairs into one batch on ``device`` (None: the model's), forward under the
+    recipe's autocast (in length buckets: `forward_logits`), its loss over the ``[groups, 1 + N]`` logits, backward,
     clip, AdamW and schedule step. Under torchrun ``groups`` is the global batch: this rank's share is forwarded
     and the gradients summed over ranks (module doc). ``batch``: this rank's share already collated (built off the
     training thread: `dpr.trainkit.prefetch`). Returns the step's figures (loss and group accuracy before the
@@ -100,23 +114,52 @@ def train_step(model: torch.nn.Module, tokenizer: Any, groups: Sequence[Group], 
     device = next(model.parameters()).device if device is None else torch.device(device)
     mine = share(groups)
     if batch is None:
-        batch = collate(mine, tokenizer, max_length, use_title)
+        batch = collate(mine, tokenizer, recipe.max_length, recipe.use_title)
     batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     positive, ignore = batch.pop("positive"), batch.pop("ignore")
-    scores = forward_logits(model, batch, autocast, length_bucket_size).view(len(mine), -1)
-    loss = loss_fn(scores, positive, ignore)
+    scores = forward_logits(model, batch, recipe.autocast, recipe.length_bucket_size).view(len(mine), -1)
+    loss = recipe.loss_fn(scores, positive, ignore)
     # this rank's part of the global mean: its share of the groups (listwise) or of the kept pairs (bce)
     weight = 1.0 if not dist.is_distributed() else \
-        global_weight(float((~ignore).sum()) if loss_fn is bce_loss else len(mine))  # (no host sync when alone)
+        global_weight(float((~ignore).sum()) if recipe.loss_fn is bce_loss else len(mine))  # (no host sync when alone)
     part = loss if weight == 1.0 else loss * weight
     (part if scaler is None else scaler.scale(part)).backward()
     all_reduce_grads(model)
-    lr, grad_norm = apply_update(model.parameters(), optimizer, scheduler, max_grad_norm, scaler)
+    lr, grad_norm = apply_update(model.parameters(), optimizer, scheduler, recipe.max_grad_norm, scaler)
     accuracy = group_accuracy(scores.detach(), positive, ignore)
     if dist.is_distributed():
         return {"loss": global_sum(part.item()), "accuracy": global_sum(accuracy * len(mine)) / len(groups),
                 "lr": lr, "grad_norm": float(grad_norm)}
     return {"loss": loss.item(), "accuracy": accuracy, "lr": lr, "grad_norm": float(grad_norm)}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """Where and as what this process trains (fixed before anything is built)."""
+
+    cfg: RerankConfig
+    out: Path
+    fingerprint: str
+    rank: int
+    main: bool
+    device: torch.device
+
+
+@dataclasses.dataclass
+class _Loop:
+    """The pieces the training loop steps, and the best dev figures so far."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: Any
+    recipe: StepRecipe
+    batches: GroupBatches
+    total: int
+    validator: RerankValidator | None
+    logger: MetricsLogger
+    best: dict | None
 
 
 def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path,
@@ -131,23 +174,9 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
     cfg = as_config(cfg)
     tcfg = cfg.train
     keep_freed_memory()  # no page-fault storm per step on the CPU (dpr/perf/malloc.py)
-    dist.init_distributed()
-    rank, main, device = dist.rank(), dist.is_main(), dist.device()
-    check_batch(tcfg.batch_size, "rerank.train.batch_size")
-    train_path, out = Path(train_json), Path(output_dir)
-    run_fingerprint = _fingerprint(cfg, train_path)
-    # before anything is written or loaded: a finished run of other settings is the user's, not ours to replace
-    check_finished_run(out, run_fingerprint, cfg.as_dict(), overwrite=overwrite, outputs=(FINAL_DIR,),
-                       fingerprint_of=lambda old: _fingerprint(old, train_path),
-                       ignored=_RESUMABLE, ignored_sections=("score",), remove=main)
-    dist.barrier()
-    out.mkdir(parents=True, exist_ok=True)
-    if tcfg.cpu_threads > 0:
-        torch.set_num_threads(int(tcfg.cpu_threads))
-    seed_everything(int(tcfg.seed))  # the head's initialisation
-    model, tokenizer = build_cross_encoder(cfg.model.name, lora=cfg.model.lora)  # with LoRA: adapters + new head train
-    model.to(device)
-    broadcast_parameters(model)
+    train_path = Path(train_json)
+    run = _open_run(cfg, train_path, Path(output_dir), overwrite)
+    model, tokenizer = _build_model(run)
     settings = cfg.settings()
 
     t0 = time.perf_counter()
@@ -157,83 +186,142 @@ def train_cross_encoder(cfg: Any, train_json: str | Path, output_dir: str | Path
     batches = GroupBatches(examples, tcfg.batch_size, tcfg.negatives, tcfg.seed, multi_positive=kind == "qrels",
                            negatives_from=tcfg.negatives_from)
     total = tcfg.max_steps if tcfg.max_steps > 0 else batches.steps_per_epoch * tcfg.epochs
-    validator = None
-    if dev:
-        records = list(dev)[: tcfg.val_max_questions] if tcfg.val_max_questions > 0 else list(dev)
-        validator = RerankValidator(records, cfg.score.k, settings, qrels=dev_qrels, primary_metric=tcfg.best_metric,
-                                    batch_size=cfg.score.batch_size, precision=tcfg.precision)
-
+    validator = _validator(cfg, settings, dev, dev_qrels)
     optimizer = build_optimizer(model, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     scheduler = linear_schedule(optimizer, resolve_warmup(0, tcfg.warmup_ratio, total), total)
-    autocast, precision = precision_context(tcfg.precision, device, training=True)
-    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None  # fp16 (a GPU's auto) scales
-    # adapters resume only on the base they were trained on (checked before they are loaded onto this one)
-    resuming = resolve_resume(tcfg.resume, out)
-    if resuming is not None and read_state(resuming).get("fingerprint") != run_fingerprint:
-        resuming = None  # another run's: resume_checkpoint ignores (or refuses) it
-    check_lora_base(out, lora_base_fingerprint(cfg.model.name, cfg.model.lora), resuming,
-                    markers=[out / FINAL_DIR / CONFIG_FILE])
-    start_step, state = resume_checkpoint(tcfg.resume, out, run_fingerprint, model, optimizer, scheduler, rank=rank,
-                                          map_location=device, scaler=scaler)
-    if start_step == 0 and rank > 0:
-        seed_everything(int(tcfg.seed) + rank)  # ranks draw different dropout masks (rank 0: a 1-process run's)
-    best = state.get("best")
-    loss_fn = LOSSES[tcfg.loss]
-    logger = MetricsLogger(out, resume_step=start_step, enabled=main)
+    autocast, precision = precision_context(tcfg.precision, run.device, training=True)
+    scaler = torch.amp.GradScaler(run.device.type) if precision == "fp16" else None  # fp16 (a GPU's auto) scales
+    start_step, state = _resume(run, model, optimizer, scheduler, scaler)
+    recipe = StepRecipe(LOSSES[tcfg.loss], autocast, cfg.max_length, cfg.title, tcfg.max_grad_norm,
+                        tcfg.length_bucket_size)
+    loop = _Loop(model, tokenizer, optimizer, scheduler, scaler, recipe, batches, total, validator,
+                 MetricsLogger(run.out, resume_step=start_step, enabled=run.main), state.get("best"))
     log.info("cross-encoder: %d %s questions, %d steps of %d x (1 + %d), loss %s, %s on %s x %d", len(examples), kind,
-             total, tcfg.batch_size, tcfg.negatives, tcfg.loss, precision, device, dist.world_size())
-
-    model.train()
-    figures: dict = {}
-    # the worker's own tokenizer: a fast tokenizer's padding/truncation state is not to be shared across threads
-    worker_tok = copy.deepcopy(tokenizer) if prefetch > 0 else tokenizer
-
-    def build(step: int) -> tuple[int, list[Group], dict]:
-        epoch, groups = batches.groups(step)
-        return epoch, groups, collate(share(groups), worker_tok, cfg.max_length, cfg.title)
-
-    steps = prefetched(build, range(start_step, total), prefetch, pin_memory=device.type == "cuda")
-    try:
-        for step, (epoch, groups, batch) in zip(range(start_step, total), steps):
-            figures = {"epoch": epoch, **train_step(model, tokenizer, groups, optimizer, scheduler, loss_fn, autocast,
-                                                    cfg.max_length, cfg.title, tcfg.max_grad_norm,
-                                                    tcfg.length_bucket_size, device, scaler, batch),
-                       "seconds": round(time.perf_counter() - t0, 2)}
-            logger.log_train(step + 1, figures)
-            if (step + 1) % tcfg.log_every == 0:
-                log.info("step %d/%d loss %.4f group-acc %.2f", step + 1, total, figures["loss"], figures["accuracy"])
-            last = step + 1 == total
-            if main and validator is not None and (last or (tcfg.eval_every > 0 and (step + 1) % tcfg.eval_every == 0)):
-                best = _validate(validator, model, tokenizer, out, step + 1, logger, best)
-                model.train()
-            if tcfg.save_every > 0 and ((step + 1) % tcfg.save_every == 0 or last):
-                rngs = dist.all_gather_object(rng_state())  # every rank's dropout state, rank 0 writes
-                if main:
-                    save_checkpoint(out, step + 1, model, optimizer, scheduler, scaler,
-                                    {"fingerprint": run_fingerprint, "best": best}, rngs, keep=tcfg.keep_checkpoints)
-    finally:
-        steps.close()  # no batch left building behind an error
-        logger.close()
-    model.eval()
-    final = out / FINAL_DIR
-    if main:
-        if best is not None:
-            load_best(out, model, map_location=str(device))  # the saved model is the best dev weights
-        extra = {"base_model": cfg.model.name, "trained_steps": total, "kind": kind}
-        if cfg.model.lora is not None:  # the adapters' base, checked when they load
-            from dpr.rerank.adapters import saved_info
-
-            extra.update(saved_info(cfg.model.name, cfg.model.lora))
-        save_cross_encoder(model, tokenizer, final, settings, extra=extra)
+             total, tcfg.batch_size, tcfg.negatives, tcfg.loss, precision, run.device, dist.world_size())
+    figures = _fit(run, loop, start_step, prefetch, t0)
+    # before the run is called done (every rank: they hold the same weights)
+    check_scores_vary(model, tokenizer, examples, max_length=cfg.max_length, use_title=cfg.title, where=str(run.out))
+    final = _save(run, loop, settings, {"base_model": cfg.model.name, "trained_steps": total, "kind": kind})
     summary = {"model_dir": str(final), "steps": total, "resumed_from_step": start_step, "precision": precision,
-               "device": str(device), "world_size": dist.world_size(), "kind": kind, "questions": len(examples),
-               "final": figures, "best": best, "seconds": round(time.perf_counter() - t0, 1),
-               "fingerprint": run_fingerprint, "config": cfg.as_dict()}
-    if main:
-        write_json_atomic(out / "train_summary.json", summary)
+               "device": str(run.device), "world_size": dist.world_size(), "kind": kind, "questions": len(examples),
+               "final": figures, "best": loop.best, "seconds": round(time.perf_counter() - t0, 1),
+               "fingerprint": run.fingerprint, "config": cfg.as_dict()}
+    if run.main:
+        write_json_atomic(run.out / "train_summary.json", summary)
     dist.barrier()
     log.info("cross-encoder saved to %s (%d steps, %.0f s)", final, total, summary["seconds"])
     return summary
+
+
+def _open_run(cfg: RerankConfig, train_path: Path, out: Path, overwrite: bool) -> _Run:
+    """Join the process group and claim ``out``: a finished run of other settings there is refused (or, with
+    ``overwrite``, removed) before anything is written or loaded -- it is the user's, not ours to replace."""
+    dist.init_distributed()
+    rank, main, device = dist.rank(), dist.is_main(), dist.device()
+    check_batch(cfg.train.batch_size, "rerank.train.batch_size")
+    run_fingerprint = _fingerprint(cfg, train_path)
+    check_finished_run(out, run_fingerprint, cfg.as_dict(), overwrite=overwrite, outputs=(FINAL_DIR,),
+                       fingerprint_of=lambda old: _fingerprint(old, train_path),
+                       ignored=_RESUMABLE, ignored_sections=("score",), remove=main)
+    dist.barrier()
+    out.mkdir(parents=True, exist_ok=True)
+    return _Run(cfg, out, run_fingerprint, rank, main, device)
+
+
+def _build_model(run: _Run) -> tuple[torch.nn.Module, Any]:
+    """The cross-encoder (with LoRA: adapters + a new head train) on the run's device, the same on every rank."""
+    cfg = run.cfg
+    if cfg.train.cpu_threads > 0:
+        torch.set_num_threads(int(cfg.train.cpu_threads))
+    seed_everything(int(cfg.train.seed))  # the head's initialisation
+    model, tokenizer = build_cross_encoder(cfg.model.name, lora=cfg.model.lora)
+    model.to(run.device)
+    broadcast_parameters(model)
+    return model, tokenizer
+
+
+def _validator(cfg: RerankConfig, settings: Mapping[str, Any], dev: Sequence[Mapping[str, Any]] | None,
+               dev_qrels: Mapping[str, Mapping[str, int]] | None) -> RerankValidator | None:
+    if not dev:
+        return None
+    tcfg = cfg.train
+    records = list(dev)[: tcfg.val_max_questions] if tcfg.val_max_questions > 0 else list(dev)
+    return RerankValidator(records, cfg.score.k, settings, qrels=dev_qrels, primary_metric=tcfg.best_metric,
+                           batch_size=cfg.score.batch_size, precision=tcfg.precision)
+
+
+def _resume(run: _Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+            scaler: Any) -> tuple[int, dict]:
+    """``(first step, checkpoint state)``: this run's latest checkpoint restored, or step 0 (each rank past 0 its
+    own dropout seed)."""
+    cfg, out = run.cfg, run.out
+    # adapters resume only on the base they were trained on (checked before they are loaded onto this one)
+    resuming = resolve_resume(cfg.train.resume, out)
+    if resuming is not None and read_state(resuming).get("fingerprint") != run.fingerprint:
+        resuming = None  # another run's: resume_checkpoint ignores (or refuses) it
+    check_lora_base(out, lora_base_fingerprint(cfg.model.name, cfg.model.lora), resuming,
+                    markers=[out / FINAL_DIR / CONFIG_FILE])
+    start_step, state = resume_checkpoint(cfg.train.resume, out, run.fingerprint, model, optimizer, scheduler,
+                                          rank=run.rank, map_location=run.device, scaler=scaler)
+    if start_step == 0 and run.rank > 0:
+        # ranks draw different dropout masks (rank 0: a 1-process run's)
+        seed_everything(int(cfg.train.seed) + run.rank)
+    return start_step, state
+
+
+def _fit(run: _Run, loop: _Loop, start_step: int, prefetch: int, t0: float) -> dict:
+    """Steps ``start_step`` to the last, validating and checkpointing on the way; the last step's figures."""
+    cfg, tcfg, model = run.cfg, run.cfg.train, loop.model
+    model.train()
+    figures: dict = {}
+    # the worker's own tokenizer: a fast tokenizer's padding/truncation state is not to be shared across threads
+    worker_tok = copy.deepcopy(loop.tokenizer) if prefetch > 0 else loop.tokenizer
+
+    def build(step: int) -> tuple[int, list[Group], dict]:
+        epoch, groups = loop.batches.groups(step)
+        return epoch, groups, collate(share(groups), worker_tok, cfg.max_length, cfg.title)
+
+    steps = prefetched(build, range(start_step, loop.total), prefetch, pin_memory=run.device.type == "cuda")
+    try:
+        for step, (epoch, groups, batch) in zip(range(start_step, loop.total), steps):
+            figures = {"epoch": epoch, **train_step(model, loop.tokenizer, groups, loop.optimizer, loop.scheduler,
+                                                    loop.recipe, run.device, loop.scaler, batch),
+                       "seconds": round(time.perf_counter() - t0, 2)}
+            loop.logger.log_train(step + 1, figures)
+            if (step + 1) % tcfg.log_every == 0:
+                log.info("step %d/%d loss %.4f group-acc %.2f", step + 1, loop.total, figures["loss"],
+                         figures["accuracy"])
+            last = step + 1 == loop.total
+            if run.main and loop.validator is not None and (
+                    last or (tcfg.eval_every > 0 and (step + 1) % tcfg.eval_every == 0)):
+                loop.best = _validate(loop.validator, model, loop.tokenizer, run.out, step + 1, loop.logger, loop.best)
+                model.train()
+            if tcfg.save_every > 0 and ((step + 1) % tcfg.save_every == 0 or last):
+                rngs = dist.all_gather_object(rng_state())  # every rank's dropout state, rank 0 writes
+                if run.main:
+                    save_checkpoint(run.out, step + 1, model, loop.optimizer, loop.scheduler, loop.scaler,
+                                    {"fingerprint": run.fingerprint, "best": loop.best}, rngs,
+                                    keep=tcfg.keep_checkpoints)
+    finally:
+        steps.close()  # no batch left building behind an error
+        loop.logger.close()
+    return figures
+
+
+def _save(run: _Run, loop: _Loop, settings: Mapping[str, Any], extra: dict) -> Path:
+    """Save the best dev weights (or the last) as the run's cross-encoder (rank 0); its directory."""
+    cfg, model = run.cfg, loop.model
+    model.eval()
+    final = run.out / FINAL_DIR
+    if run.main:
+        if loop.best is not None:
+            load_best(run.out, model, map_location=str(run.device))  # the saved model is the best dev weights
+        if cfg.model.lora is not None:  # the adapters' base, checked when they load
+            from dpr.rerank.adapters import saved_info
+
+            extra = {**extra, **saved_info(cfg.model.name, cfg.model.lora)}
+        save_cross_encoder(model, loop.tokenizer, final, settings, extra=extra)
+    return final
 
 
 def _validate(validator: RerankValidator, model, tokenizer, out: Path, step: int, logger: MetricsLogger,
