@@ -90,11 +90,15 @@ class Range:
         return what + (f" ({self.note})" if self.note else "")
 
 
-def ranged(default: Any, lo: float | None = None, hi: float | None = None, note: str = "") -> Any:
+def ranged(default: Any, lo: float | None = None, hi: float | None = None, note: str = "", *,
+           recorded_before: Any = dataclasses.MISSING, recorded_as: str | None = None) -> Any:
     """A dataclass field with an allowed range in its metadata (``range``), read by
     `dpr.cli.ranges.check_config_ranges` on a composed config; null passes (the field's type says whether null is
-    allowed at all). Here, below every floor, so a command's own config dataclass can carry its ranges."""
-    return dataclasses.field(default=default, metadata={"range": Range(lo, hi, optional=True, note=note)})
+    allowed at all). Here, below every floor, so a command's own config dataclass can carry its ranges.
+    ``recorded_before`` / ``recorded_as``: as `setting`'s."""
+    meta = {"range": Range(lo, hi, optional=True, note=note),
+            **_later_meta(recorded_before, recorded_as, saved_always=False)}
+    return dataclasses.field(default=default, metadata=meta)
 
 
 def ranged_list(lo: float | None = None, hi: float | None = None, default: Callable[[], list] = list) -> Any:
@@ -111,14 +115,45 @@ def Real(lo: float | None = None, hi: float | None = None, **kw: Any) -> Range: 
 
 
 def setting(default: Any = dataclasses.MISSING, rule: Range | None = None, *,
-            factory: Callable[[], Any] | None = None) -> Any:
+            factory: Callable[[], Any] | None = None, recorded_before: Any = dataclasses.MISSING,
+            recorded_as: str | None = None, saved_always: bool = False) -> Any:
     """A config dataclass field declared once: its default (or ``factory``) and its allowed values (``rule``), which
     `check_fields` reads from the field itself, so no second table of ranges can fall out of step with the
-    fields. The field's comment is its doc."""
-    meta = {"rule": rule} if rule is not None else {}
+    fields. The field's comment is its doc.
+
+    ``recorded_before``: for a key added after runs were recorded, the value those runs had without it. While the
+    key holds that value it is left out of what runs record and compare (`recorded_later`), so a run, stage or
+    shard recorded before the key existed stays up to date. ``recorded_as``: the key's name in that record where it
+    differs from the field's. ``saved_always``: the saved config file writes the key even then; only the
+    fingerprints and comparisons leave it out (`recorded_later`'s ``saved``)."""
+    meta: dict[str, Any] = {"rule": rule} if rule is not None else {}
+    meta.update(_later_meta(recorded_before, recorded_as, saved_always))
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def _later_meta(recorded_before: Any, recorded_as: str | None, saved_always: bool) -> dict[str, Any]:
+    if recorded_before is dataclasses.MISSING:
+        if recorded_as is not None or saved_always:
+            raise TypeError("recorded_as and saved_always describe a key with a recorded_before value")
+        return {}
+    return {"recorded_before": recorded_before, "recorded_as": recorded_as, "saved_always": saved_always}
+
+
+def recorded_later(cls: Any, *, saved: bool = False) -> dict[str, Any]:
+    """The keys of dataclass ``cls`` (a class or an instance) added after runs were recorded, each with the value
+    those runs had (its field's ``recorded_before``), by the name the record uses (``recorded_as``, else the
+    field's). ``saved``: only the keys that the saved config file too leaves out at that value (not
+    ``saved_always``)."""
+    return {f.metadata["recorded_as"] or f.name: f.metadata["recorded_before"] for f in dataclasses.fields(cls)
+            if "recorded_before" in f.metadata and not (saved and f.metadata["saved_always"])}
+
+
+def without_recorded_later(values: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without the keys of ``later`` (`recorded_later`) that hold the value runs had before them: the
+    form that runs and stages recorded before those keys existed compare equal to."""
+    return {k: v for k, v in values.items() if not (k in later and v == later[k])}
 
 
 def field_rules(cls: Any) -> dict[str, Range]:

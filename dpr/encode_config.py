@@ -13,11 +13,16 @@ from dataclasses import dataclass
 from typing import Any, List, Optional
 
 from dpr.checks import INT32_MAX, MAX_BATCH, MAX_DIM, MAX_LENGTH
-from dpr.config import ranged, ranged_list, register_defaults
+from dpr.config import ranged, ranged_list, register_defaults, setting
 
 
 @dataclass
 class EncodeConfig:
+    """How passages are encoded. The settings that shard manifests began to record later declare the value older
+    shards had (``recorded_before``: `dpr.config.recorded_later`): a manifest without the key reads as that value
+    when `dpr.index.shard_manifest` decides whether a shard may be reused and `dpr.index.shards` whether shards
+    agree (``dim`` is recorded as ``truncate_dim``)."""
+
     batch_size: int = ranged(64, 1, MAX_BATCH)
     dtype: str = "float16"            # storage type of the vectors: float16 | float32
     # auto (bf16 where the hardware has it) | bf16 | fp16 | off (Any: YAML reads a bare `off` as false)
@@ -27,13 +32,13 @@ class EncodeConfig:
     quantize: str = "auto"
     # auto (= fp32: fp32 weights under autocast) | fp32 | bf16 (weights cast to bf16 once, no autocast;
     # dpr/models/weights.py)
-    weights: str = "auto"
+    weights: str = setting("auto", recorded_before="fp32")
     # true: the passage tower through torch.compile(dynamic=True) (first batch compiles; needs a C++ compiler on
     # the CPU; dpr/models/compile.py)
-    compile: bool = False
+    compile: bool = setting(False, recorded_before=False)
     # auto (onnx where the encode runs in fp32 on an AVX-512 CPU, else torch) | torch | onnx (ONNX Runtime, CPU,
     # fp32; graph cached by the model's fingerprint; dpr/models/onnx_runtime.py)
-    runtime: str = "auto"
+    runtime: str = setting("auto", recorded_before="torch")
     # null | auto: the one device rule (cuda:LOCAL_RANK if CUDA is available, else cpu) | cpu | cuda | cuda:N;
     # another value (or cuda without CUDA) is one line naming the devices available (dpr.distributed.check_device)
     device: Optional[str] = None
@@ -47,7 +52,8 @@ class EncodeConfig:
     # Matryoshka truncation (dpr/models/truncate.py): null = the model's full vectors; d = each passage vector's first
     # d coordinates, re-normalised for a cosine model. Recorded in the manifests (``truncate_dim``); > the model's
     # size is one line before any work; a resume with another dim is refused
-    dim: Optional[int] = ranged(None, 1, MAX_DIM, note="and <= the model's vector size; null = the full size")
+    dim: Optional[int] = ranged(None, 1, MAX_DIM, note="and <= the model's vector size; null = the full size",
+                                recorded_before=None, recorded_as="truncate_dim")
 
 
 # The keys of the pipeline's ``encode`` section. The others keep EncodeConfig's defaults there (the pipeline

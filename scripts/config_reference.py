@@ -111,11 +111,36 @@ def _default(f: dataclasses.Field) -> str:
         return "required"
     if dataclasses.is_dataclass(value):
         return "(section below)"
+    return _value(value)
+
+
+def _value(value: Any) -> str:
+    """A value as YAML spells it (null, true, false; strings quoted)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value) if isinstance(value, str) else str(value).replace("'", "")
+
+
+def _recorded_before(f: dataclasses.Field) -> str:
+    """The note on a key added after runs were recorded (`dpr.config.setting`'s ``recorded_before``): the value a
+    record without it stands for, left out of fingerprints while the key holds it."""
+    if "recorded_before" not in f.metadata:
+        return ""
+    name = f.metadata["recorded_as"]
+    where = f" (recorded as `{name}`)" if name else ""
+    return f"records made before this key existed read as `{_value(f.metadata['recorded_before'])}`{where}"
+
+
+def _doc(docs: dict[str, str], f: dataclasses.Field) -> str:
+    """The field's comment, and the note on a key recorded later (`_recorded_before`)."""
+    doc, note = docs.get(f.name, ""), _recorded_before(f)
+    if not note:
+        return doc
+    if not doc:
+        return note[0].upper() + note[1:] + "."
+    return f"{doc} {note[0].upper() + note[1:]}." if doc.endswith(".") else f"{doc}; {note}."
 
 
 def _allowed(f: dataclasses.Field) -> str:
@@ -150,8 +175,9 @@ def render() -> str:
         for f in dataclasses.fields(cls):
             if dataclasses.is_dataclass(hints.get(f.name)):
                 continue  # a nested section has its own table
+            doc = _doc(docs, f)
             out.append(f"| `{prefix}{f.name}` | {_cell(_type_name(f.type))} | `{_cell(_default(f))}` | "
-                       f"{_cell(_allowed(f))} | {_cell(docs.get(f.name, ''))} |")
+                       f"{_cell(_allowed(f))} | {_cell(doc)} |")
         out.append("")
     return "\n".join(out)
 

@@ -5,11 +5,14 @@ older shards had; a finished shard of another ``weights`` / ``compile`` / ``dim`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from pathlib import Path
 from typing import Any
 
+from dpr.config import recorded_later
+from dpr.encode_config import EncodeConfig
 from dpr.errors import DataError
 from dpr.index.fingerprint import model_fingerprint, passages_fingerprint
 from dpr.index.shards import ShardFiles, check_shard
@@ -54,11 +57,12 @@ def is_finished(files: ShardFiles, expected: dict) -> bool:
     return all(manifest.get(k, _RECORDED_LATER.get(k)) == expected.get(k, _RECORDED_LATER.get(k)) for k in keys)
 
 
-# Manifest keys added after shards were first written, and the value older shards had (truncate_dim: written only
-# when encode.dim truncates, absent = the full vectors).
-_RECORDED_LATER = {"runtime": "torch", "weights": "fp32", "compile": False, "truncate_dim": None}
-# The setting's name where it differs from the manifest's key.
-_SETTING_NAMES = {"truncate_dim": "dim"}
+# Manifest keys added after shards were first written, and the value older shards had: declared on EncodeConfig's
+# fields (``recorded_before``; truncate_dim: written only when encode.dim truncates, absent = the full vectors).
+_RECORDED_LATER = recorded_later(EncodeConfig)
+# The setting's name where it differs from the manifest's key (encode.dim is recorded as truncate_dim).
+_SETTING_NAMES = {f.metadata["recorded_as"]: f.name for f in dataclasses.fields(EncodeConfig)
+                  if f.metadata.get("recorded_as")}
 
 
 def _setting(value: Any) -> str:

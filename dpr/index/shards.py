@@ -27,6 +27,8 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from dpr.atomic import write_json_atomic
+from dpr.config import recorded_later
+from dpr.encode_config import EncodeConfig
 from dpr.errors import DataError
 
 FORMAT = "dpr-embeddings/1"
@@ -234,8 +236,8 @@ def list_shards(embeddings_dir: str | Path) -> list[Shard]:
 AGREED_KEYS = ("dim", "dtype", "model", "normalized", "model_fingerprint", "passages_sha256", "total", "weights",
                "compile")
 # What a shard written before a key was recorded had (dpr-encode's fp32 weights, `dpr.models.weights`; eager,
-# `dpr.models.compile`).
-_UNRECORDED = {"weights": "fp32", "compile": False}
+# `dpr.models.compile`): declared on EncodeConfig's fields (``recorded_before``).
+_UNRECORDED = recorded_later(EncodeConfig)
 
 
 def check_ranges(shards: list[Shard]) -> None:

@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpr.config import Int, Real, check_fields, setting, strict_from_dict
+from dpr.config import (Int, Real, check_fields, recorded_later, setting, strict_from_dict,
+                        without_recorded_later)
 from dpr.models.backbone import DTYPES, PADDING_SIDES, is_decoder_config, position_ids
 from dpr.models.length_buckets import encode_bucketed
 from dpr.models.lora import LoraSettings
@@ -36,7 +37,12 @@ _INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 @dataclass
 class BiEncoderConfig:
-    """Everything needed to rebuild a bi-encoder's architecture (saved as ``biencoder.json``)."""
+    """Everything needed to rebuild a bi-encoder's architecture (saved as ``biencoder.json``).
+
+    The prefixes and the backbone keys were added after runs were recorded: each field's ``recorded_before`` is the
+    value those runs had, left out of what runs and pipeline stages record and compare while the key holds it
+    (`without_empty_prefixes`), so earlier run directories stay up to date; biencoder.json always wrote the prefixes
+    (``saved_always``)."""
 
     name: str = "all-MiniLM-L6-v2"  # a Hugging Face name or local directory (the offline alias of MiniLM by default)
     shared: bool = False  # one tower for questions and passages (false: two, both starting from the same weights)
@@ -55,12 +61,17 @@ class BiEncoderConfig:
     # Text put before every question / passage (e5's "query: " / "passage: ", bge's query instruction):
     # the models that were pre-trained with them retrieve worse without. With a title, the passage prefix
     # goes before the title (the pair's first segment), as sentence-transformers applies its prompts.
-    question_prefix: str = ""
-    passage_prefix: str = ""  # text put before every passage (see question_prefix)
-    dtype: str = "fp32"  # the towers' weights: fp32 | bf16 (bf16 trains only with LoRA: docs/backbones.md)
-    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory, slower steps
-    padding_side: str = "auto"  # auto: left for decoder-only backbones, the tokenizer's own otherwise
-    lora: LoraSettings | None = None  # LoRA adapters on the towers (null: the whole tower trains): next section
+    question_prefix: str = setting("", recorded_before="", saved_always=True)
+    # text put before every passage (see question_prefix)
+    passage_prefix: str = setting("", recorded_before="", saved_always=True)
+    # the towers' weights: fp32 | bf16 (bf16 trains only with LoRA: docs/backbones.md)
+    dtype: str = setting("fp32", recorded_before="fp32")
+    # recompute activations in the backward pass: less memory, slower steps
+    gradient_checkpointing: bool = setting(False, recorded_before=False)
+    # auto: left for decoder-only backbones, the tokenizer's own otherwise
+    padding_side: str = setting("auto", recorded_before="auto")
+    # LoRA adapters on the towers (null: the whole tower trains): next section
+    lora: LoraSettings | None = setting(None, recorded_before=None)
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLING_MODES:
@@ -99,23 +110,16 @@ class BiEncoderConfig:
         return strict_from_dict(cls, d, "bi-encoder")
 
 
-# Keys added after runs were recorded, with the value that means "as before": left out of what is recorded and
-# compared while they hold it, so earlier run directories and pipeline stages stay up to date and unchanged.
-LATER_KEY_DEFAULTS: dict[str, Any] = {"question_prefix": "", "passage_prefix": "", "dtype": "fp32",
-                                      "gradient_checkpointing": False, "padding_side": "auto", "lora": None}
-_BACKBONE_KEYS = ("dtype", "gradient_checkpointing", "padding_side", "lora")
-
-
 def without_empty_prefixes(model: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``model`` config as runs and pipeline stages compare it: the keys of :data:`LATER_KEY_DEFAULTS` (empty
-    prefixes, the backbone keys) left out while at their defaults, so run directories made before they existed
-    stay up to date and unchanged."""
-    return {k: v for k, v in model.items() if not (k in LATER_KEY_DEFAULTS and v == LATER_KEY_DEFAULTS[k])}
+    """A ``model`` config as runs and pipeline stages compare it: the keys added after runs were recorded (empty
+    prefixes, the backbone keys: `dpr.config.recorded_later`) left out while at the value those runs had, so run
+    directories made before they existed stay up to date and unchanged."""
+    return without_recorded_later(model, recorded_later(BiEncoderConfig))
 
 
 def without_unset_backbone_keys(model: Mapping[str, Any]) -> dict[str, Any]:
     """``model`` without the backbone keys at their defaults (empty prefixes stay: biencoder.json always had them)."""
-    return {k: v for k, v in model.items() if not (k in _BACKBONE_KEYS and v == LATER_KEY_DEFAULTS[k])}
+    return without_recorded_later(model, recorded_later(BiEncoderConfig, saved=True))
 
 
 def _freeze_unused_pooler(encoder: nn.Module) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
-from dpr.config import Int, Real, check_fields, setting, strict_from_dict
+from dpr.config import Int, Real, check_fields, recorded_later, setting, strict_from_dict, without_recorded_later
 from dpr.training.dev_metrics import find_metric, metric_names
 from dpr.trainkit.optim import OPTIMIZER_IMPLS  # AdamW's implementations (train.optimizer_impl)
 
@@ -35,9 +35,9 @@ class TrainConfig:
     shuffle: bool = True  # a seeded permutation of the questions per epoch (false: file order)
     shuffle_positives: bool = False      # False: each question's first positive (DPR); True: one drawn per epoch
     shuffle_hard_negatives: bool = True  # DPR shuffles the negatives per epoch, then takes the first H
-    other_negatives: bool | None = None  # a question's negative_ctxs join its hard-negative draw after its
-                                         # hard_negative_ctxs (null: yes, as always; false: hard_negative_ctxs only,
-                                         # DPR's NQ recipe, other_negatives: 0)
+    # a question's negative_ctxs join its hard-negative draw after its hard_negative_ctxs (null: yes, as always;
+    # false: hard_negative_ctxs only, DPR's NQ recipe, other_negatives: 0)
+    other_negatives: bool | None = setting(None, recorded_before=None)
     dedup_positives: bool = True         # no two questions with the same positive passage in a batch
     topic_batches: bool = False          # a batch's questions share their positive's title (TAS-B topic-aware
                                          # sampling): the in-batch negatives are passages of the same article
@@ -59,7 +59,7 @@ class TrainConfig:
     # it (null: the whole corpus up to 500,000 passages, a sample of 500,000
     # above: dpr/training/corpus_sample.py)
     corpus_sample: int | None = setting(
-        None, Int(1, optional=True, note="null: the whole corpus up to 500,000 passages"))
+        None, Int(1, optional=True, note="null: the whole corpus up to 500,000 passages"), recorded_before=None)
     # --- partial fine-tuning (dpr/models/freeze.py)
     # the passage tower's embeddings + first N layers get no gradient
     # (separate towers): its backward stops at layer N, a cheaper step
@@ -93,16 +93,18 @@ class TrainConfig:
     # model's own; 0: no masks, SDPA's fused kernel); the saved config keeps the
     # model's (dpr/models/dropout.py)
     attention_dropout: float | None = setting(
-        None, Real(0, 1, hi_open=True, optional=True, note="null: the model's own"))
+        None, Real(0, 1, hi_open=True, optional=True, note="null: the model's own"), recorded_before=None)
     # Matryoshka (dpr/losses/matryoshka.py): the loss summed over these prefix sizes of the vectors (e.g. [384, 192,
     # 96, 48]; null: off), each weighted by matryoshka_weights (null: 1 each)
-    matryoshka_dims: Optional[List[int]] = None
-    matryoshka_weights: Optional[List[float]] = None  # one weight per matryoshka_dims size (null: 1 each)
-    matryoshka_distill: Optional[float] = None  # > 0: + this weight x KL of each smaller prefix's softmax over the
-                                         # pool to the largest size's (self-distillation; null: off)
-    projection_init: Optional[str] = None  # pca: the projection (model.projection_dim) starts as the training
-                                         # passages' principal directions, largest first (a rotation at the model's
-                                         # size: same scores, ordered coordinates; dpr/training/projection_init.py)
+    matryoshka_dims: Optional[List[int]] = setting(None, recorded_before=None)
+    # one weight per matryoshka_dims size (null: 1 each)
+    matryoshka_weights: Optional[List[float]] = setting(None, recorded_before=None)
+    # > 0: + this weight x KL of each smaller prefix's softmax over the pool to the largest size's
+    # (self-distillation; null: off)
+    matryoshka_distill: Optional[float] = setting(None, recorded_before=None)
+    # pca: the projection (model.projection_dim) starts as the training passages' principal directions, largest
+    # first (a rotation at the model's size: same scores, ordered coordinates; dpr/training/projection_init.py)
+    projection_init: Optional[str] = setting(None, recorded_before=None)
     precision: str = "auto"              # auto | fp32 | bf16 | fp16 (fp16: CUDA only, with loss scaling)
     deterministic: bool = False          # torch deterministic kernels on GPU (CPU runs are deterministic already)
     # > 0: torch threads for the run (0: torch's default)
@@ -221,18 +223,15 @@ def resolve_bucket_size(value: Any, device: "torch.device | str") -> int:
 # Keys that never change a run's numbers (how its data is fed): left out of the run's and the stages' fingerprints.
 NOT_FINGERPRINTED = frozenset({"background_loader", "token_cache"})
 
-# Keys recorded in the run's and the pipeline stages' fingerprints only when set: runs, checkpoints and stages made
-# before a key existed stay the same run while it is null.
-RECORDED_WHEN_SET = frozenset({"attention_dropout", "matryoshka_dims", "matryoshka_weights", "matryoshka_distill",
-                               "projection_init", "other_negatives", "corpus_sample"})
-
 
 def without_unset(train: Mapping[str, Any], device: "torch.device | str | None" = None) -> dict[str, Any]:
-    """A ``train`` mapping as fingerprints see it: the :data:`RECORDED_WHEN_SET` keys left out while null, the
-    :data:`NOT_FINGERPRINTED` ones always, and ``length_bucket_size=auto`` as the integer it is on ``device`` (this
-    process's device where None): on the CPU 8, as recorded before auto existed, so those runs and stages stay."""
-    out = {k: v for k, v in train.items()
-           if not (k in RECORDED_WHEN_SET and v is None) and k not in NOT_FINGERPRINTED}
+    """A ``train`` mapping as fingerprints see it: the keys added after runs were recorded (the fields declared with
+    ``recorded_before``: `dpr.config.recorded_later`) left out while null, so runs, checkpoints and stages made
+    before a key existed stay the same run; the :data:`NOT_FINGERPRINTED` keys always; and
+    ``length_bucket_size=auto`` as the integer it is on ``device`` (this process's device where None): on the CPU 8,
+    as recorded before auto existed, so those runs and stages stay."""
+    out = {k: v for k, v in without_recorded_later(train, recorded_later(TrainConfig)).items()
+           if k not in NOT_FINGERPRINTED}
     if out.get("length_bucket_size") == "auto":
         if device is None:
             from dpr.distributed import device as this_device
@@ -243,7 +242,8 @@ def without_unset(train: Mapping[str, Any], device: "torch.device | str | None" 
 
 
 def register_schema() -> None:
-    """Register :class:`TrainConfig` as ``train/schema`` so conf/train/*.yaml can extend it."""
+    """Register :class:`TrainConfig` as ``train/schema`` so conf/train/*.yaml can extend it, BiEncoderConfig's
+    defaults as ``model_base/default`` and the run's seed as ``seed_cfg/default``."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(group="train", name="schema", node=TrainConfig)
@@ -256,3 +256,8 @@ def register_schema() -> None:
 
     keys = [f.name for f in dataclasses.fields(BiEncoderConfig) if f.name != "name"]
     register_defaults("model_base", "default", BiEncoderConfig, keys=keys)
+    # seed_cfg/default: the run's seed, `dpr.checks.SEED`, placed at the root by conf/train.yaml and conf/pipeline.yaml
+    # (`- seed_cfg@_global_: default`), so no YAML restates its value and `seed=7` overrides it as before
+    from dpr.checks import SEED
+
+    ConfigStore.instance().store(group="seed_cfg", name="default", node={"seed": SEED})
