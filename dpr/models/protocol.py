@@ -20,6 +20,22 @@ class DenseEncoder(Protocol):
     """Two towers (possibly one shared) that turn token ids into vectors, and the score between them."""
 
     config: Any  # a BiEncoderConfig: pooling, similarity, lengths, prefixes, backbone keys
+    # The towers and their projections, for callers that freeze layers (dpr.training), check lengths against a
+    # tower's positions (dpr.encode, dpr.retrieval), set or export the projections (dpr.training.projection_init,
+    # dpr.export): with shared towers, the passage tower and projection are the question ones.
+    question_encoder: nn.Module
+    question_projection: nn.Linear | None
+
+    @property
+    def passage_encoder(self) -> nn.Module: ...
+
+    @property
+    def passage_projection(self) -> nn.Linear | None: ...
+
+    @property
+    def hidden_size(self) -> int:
+        """The towers' hidden size (the pooled vectors' size before any projection)."""
+        ...
 
     @property
     def dim(self) -> int: ...
