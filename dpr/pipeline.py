@@ -208,7 +208,7 @@ def _evaluate(run: PipelineRun, model_dir: Path, bm25_res: dict[str, Path], syst
         rerank_runs, rerank_notes = rerank_stages(cfg, ds, out, run.stages, teacher, first, hybrid.tuning)
         runs.update(rerank_runs)
         extra = {"teacher": teacher.notes, "rerank": rerank_notes}
-    notes = _report_notes(cfg, run.stages, json.loads(hybrid.tuning.read_text()), SPLIT_DEV, model_dir, extra)
+    notes = _report_notes(run, json.loads(hybrid.tuning.read_text()), model_dir, extra)
     eval_dir = out / "eval"
     if run.qrels:
         report = evaluate_qrels(runs, ds.qrels(SPLIT_EVAL), eval_dir, notes=notes)
@@ -224,17 +224,17 @@ def _evaluate(run: PipelineRun, model_dir: Path, bm25_res: dict[str, Path], syst
     return report
 
 
-def _report_notes(cfg: DictConfig, stages: StageRunner, tuning: dict, split_dev: str, model_dir: Path,
-                  extra: dict) -> dict:
+def _report_notes(run: PipelineRun, tuning: dict, model_dir: Path, extra: dict) -> dict:
     """The report's notes: the dataset, the hybrid's tuned weight, the model, each stage's seconds, ``extra`` (the
     teacher's) and, where the trainer wrote its summary, the dev validation of the untrained and the trained
     model."""
     notes = {
-        "dataset": cfg.data.name,
-        "hybrid": f"linear fusion dense + w*bm25, w={tuning['weight']} tuned on {split_dev} "
-                  f"({tuning['grid'][0]['metric']}, normalize={tuning['normalize']}); hybrid_rrf: reciprocal rank fusion k={cfg.hybrid.k_rrf}",
-        "model": cfg.model.name,
-        "stage_seconds": {k: round(v, 1) for k, v in stages.timings.items()},
+        "dataset": run.cfg.data.name,
+        "hybrid": f"linear fusion dense + w*bm25, w={tuning['weight']} tuned on {SPLIT_DEV} "
+                  f"({tuning['grid'][0]['metric']}, normalize={tuning['normalize']}); "
+                  f"hybrid_rrf: reciprocal rank fusion k={run.settings.hybrid.k_rrf}",
+        "model": run.cfg.model.name,
+        "stage_seconds": {k: round(v, 1) for k, v in run.stages.timings.items()},
         **extra,
     }
     summary_file = model_dir / "train_summary.json"

@@ -67,7 +67,7 @@ def model_size(cfg: DictConfig) -> int | None:
             from transformers import AutoConfig
 
             size = getattr(AutoConfig.from_pretrained(name, local_files_only=True), "hidden_size", None)
-        except (OSError, ValueError):  # not cached: the size is checked where the model is loaded
+        except (OSError, ValueError, KeyError):  # not cached, or no config it knows: checked where the model loads
             return None
     return size if isinstance(size, int) else None
 

@@ -95,7 +95,8 @@ def dense_system(run: PipelineRun, name: str, model_path: str | Path, model_inpu
     if make_vectors is not None:
         make_vectors(emb)
     else:
-        stages.run(f"{name}_encode", lambda: encode_on_every_rank(model_path, ds.passages, emb, encode_config(cfg, dim)),
+        stages.run(f"{name}_encode",
+                   lambda: encode_on_every_rank(model_path, ds.passages, emb, encode_config(cfg, dim)),
                    outputs=[emb], inputs=[ds.passages, *model_inputs], params=encode_params(cfg, dim))
     index_cfg = index_params(plain(cfg.index), run.settings.scale, emb)  # above a size, a compact index
     stages.run(f"{name}_index", lambda: faiss_index.build_and_save(emb, idx, **index_cfg),
