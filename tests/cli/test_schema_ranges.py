@@ -5,6 +5,8 @@ the cheap commands (fusion, BM25) an accepted value runs to a finite result."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -89,6 +91,27 @@ def test_every_numeric_key_has_a_documented_range():
         assert key in range_rules(SCHEMAS[cmd]), f"{cmd}: {key} has no range"
 
 
+@contextlib.contextmanager
+def _set(cfg: DictConfig, key: str, value):
+    """``key`` set to ``value`` in ``cfg`` for the block, then put back as the shipped config wrote it (an
+    interpolation stays one): cheaper than a copy of the pipeline's whole config per example."""
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+    assert isinstance(parent, DictConfig), f"{key}: no section {parent_key!r} in the shipped config"
+    # update changes a leaf in place: its value as shipped kept apart (None: a key the shipped config leaves out)
+    node = copy.deepcopy(parent._get_node(leaf)) if leaf in parent else None
+    with open_dict(cfg):
+        OmegaConf.update(cfg, key, value, merge=False)
+    try:
+        yield
+    finally:
+        with open_dict(cfg):
+            if node is None:
+                del parent[leaf]
+            else:
+                parent[leaf] = node  # the node itself: its value, type and interpolation
+
+
 def _legal(kind: str, value, rule, optional: bool) -> bool:
     if value is None:
         return optional
@@ -144,11 +167,10 @@ values = st.one_of(st.sampled_from(EDGE), st.integers(-2 ** 70, 2 ** 70),
 def test_numeric_key_refused_or_legal(configs, cmd, key, kind, is_list, optional, value):
     from dpr.cli.ranges import range_rules
 
-    cfg = configs[cmd].copy()
-    with open_dict(cfg):
-        OmegaConf.update(cfg, key, [value] if is_list else value, merge=False)
+    cfg = configs[cmd]
     try:
-        merged = check_config(cfg, SCHEMAS[cmd])
+        with _set(cfg, key, [value] if is_list else value):
+            merged = check_config(cfg, SCHEMAS[cmd])
     except ValueError as err:
         msg = str(err)
         assert "\n" not in msg and msg.startswith(f"config key {key}"), msg
