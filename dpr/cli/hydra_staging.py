@@ -7,7 +7,7 @@ single run points them at a staging directory of its own under the system's temp
 (:func:`stage_overrides`); once every check has passed, :func:`commit` moves them into the run directory (the log
 goes on being written there, appended to a resumed run's log); otherwise :func:`discard` drops them, and a run
 directory that Hydra created for the refused run is removed while it is empty. A multirun, or a user who chose
-Hydra's logging or ``hydra.output_subdir`` themselves, keeps Hydra's own placement.
+Hydra's logging, ``hydra.output_subdir`` or a primary config of their own, keeps Hydra's own placement.
 """
 
 from __future__ import annotations
@@ -49,9 +49,24 @@ def _keys(overrides: Iterable[str]) -> set[str]:
     return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
 
 
+def _own_primary_config(flags: list[str]) -> bool:
+    """Whether the user's config replaces conf/train.yaml (``--config-name``, ``--config-path``, or a
+    ``--config-dir`` holding a train.yaml): its logging may have no file handler to redirect."""
+    for i, f in enumerate(flags):
+        name, eq, value = f.partition("=")
+        if name in ("--config-name", "-cn", "--config-path", "-cp"):
+            return True
+        if name in ("--config-dir", "-cd"):
+            folder = value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
+            if (Path(folder) / "train.yaml").is_file():
+                return True
+    return False
+
+
 def applies(overrides: Iterable[str], flags: Iterable[str]) -> bool:
     """Whether this command line's Hydra files can be staged (see the module notes)."""
-    if any(f.partition("=")[0] in _MULTIRUN_FLAGS for f in flags):
+    flags = list(flags)
+    if any(f.partition("=")[0] in _MULTIRUN_FLAGS for f in flags) or _own_primary_config(flags):
         return False
     return not any(k == c or k.startswith(c + ".") for k in _keys(overrides) for c in _USER_CHOSEN)
 

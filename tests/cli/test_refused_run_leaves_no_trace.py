@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,15 @@ def _args(cmd: list[str], model: Path, data_dir: Path, out: Path, conf: Path) ->
 
 
 def _stages_left() -> list[str]:
-    import tempfile
-
     return [p for p in os.listdir(tempfile.gettempdir()) if p.startswith("dpr-train-hydra-")]
+
+
+@pytest.fixture(autouse=True)
+def own_tmp(tmp_path, monkeypatch):
+    """A temporary directory of the test's own: staging directories of other processes never show in it."""
+    private = tmp_path / "systmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
 
 
 @pytest.mark.parametrize("cmd", [["dpr-train"], ["dpr-rerank", "train"], ["dpr-reader", "train"], ["dpr-pipeline"]])
@@ -99,12 +106,17 @@ def test_dpr_train_log_and_hydra_dir_arrive_once_the_checks_pass(tiny_model_dir,
     assert _tree(out) == before
 
 
-def test_staging_is_kept_off_where_the_user_chose_hydras_placement():
+def test_staging_is_kept_off_where_the_user_chose_hydras_placement(tmp_path):
     assert hydra_staging.applies(["output_dir=x"], [])
     assert not hydra_staging.applies(["output_dir=x"], ["-m"])
     assert not hydra_staging.applies(["hydra/job_logging=stdout"], [])
     assert not hydra_staging.applies(["hydra.output_subdir=null"], [])
     assert not hydra_staging.applies(["hydra.job_logging.root.level=DEBUG"], [])
+    assert not hydra_staging.applies([], ["--config-name", "mine"])
+    assert hydra_staging.applies([], ["--config-dir", str(tmp_path)])  # extra groups only: conf/train.yaml stays
+    (tmp_path / "train.yaml").write_text("defaults:\n  - override hydra/job_logging: stdout\n")
+    assert not hydra_staging.applies([], ["--config-dir", str(tmp_path)])  # the user's own train.yaml
+    assert not hydra_staging.applies([], [f"--config-dir={tmp_path}"])
 
 
 def test_cfg_job_shows_no_staging_directory(tmp_path):
@@ -123,8 +135,8 @@ def test_a_real_process_refused_leaves_nothing(tiny_model_dir, tiny_data_dir, tm
     (out / "README.md").write_text(USER_README)
     before = _tree(out)
     args = _args([str(Path(sys.executable).parent / "dpr-train")], tiny_model_dir, tiny_data_dir, out, _conf(tmp_path))
-    env = dict(os.environ, WANDB_MODE="disabled")
+    env = dict(os.environ, WANDB_MODE="disabled", TMPDIR=tempfile.gettempdir())
     env.pop("RANK", None)
     proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "looks like a text file, not a model card" in proc.stderr, proc.stderr[-2000:]
-    assert _tree(out) == before
+    assert _tree(out) == before and _stages_left() == []
