@@ -193,10 +193,32 @@ def run_command(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | N
     ``env``: variables set for the call (None removes one), on top of :data:`DEFAULT_ENV` and this process's
     environment, as ``subprocess.run(env={**os.environ, ...})`` would. ``cwd``: where it runs."""
     name, *args = (str(a) for a in argv)
-    main = _entry_point(name)
+    return _run_main(_entry_point(name), [str(BIN / name), *args], cwd, env)
+
+
+def run_script(path: str | os.PathLike, args: Sequence[str | os.PathLike] = (), *,
+               cwd: str | os.PathLike | None = None,
+               env: Mapping[str, str | None] | None = None) -> subprocess.CompletedProcess:
+    """``python <path> <args>`` in-process, as :func:`run_command` runs a console script: the file runs as
+    ``__main__`` with its folder first on ``sys.path`` (as Python puts it), which is restored afterwards. What the
+    script imports stays imported, and what it registers stays registered: the caller undoes that."""
+    import runpy
+
+    script = Path(cwd or ".", path).resolve()
+    path_before = list(sys.path)
+    sys.path.insert(0, str(script.parent))
+    try:
+        return _run_main(lambda: runpy.run_path(str(script), run_name="__main__"), [str(path), *map(str, args)],
+                         cwd, env)
+    finally:
+        sys.path[:] = path_before
+
+
+def _run_main(main: Callable[[], object], argv: list[str], cwd: str | os.PathLike | None,
+              env: Mapping[str, str | None] | None) -> subprocess.CompletedProcess:
     out, err = _Capture(), _Capture()
     with _process_as_found({**DEFAULT_ENV, **(env or {})}, cwd):
-        sys.argv = [str(BIN / name), *args]
+        sys.argv = argv
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 main()
@@ -208,7 +230,7 @@ def run_command(argv: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | N
             except BaseException:  # noqa: BLE001 - what the interpreter prints for an uncaught exception
                 traceback.print_exc(file=err)
                 code = 1
-    return subprocess.CompletedProcess([name, *args], code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess([Path(argv[0]).name, *argv[1:]], code, out.getvalue(), err.getvalue())
 
 
 def run_as_subprocess(cmd: Sequence[str | os.PathLike], *, cwd: str | os.PathLike | None = None,

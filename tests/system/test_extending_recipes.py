@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.run_command import run_as_subprocess, run_script
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -48,8 +49,20 @@ def _tiny_data_conf(conf: Path) -> None:
 
 
 def _dpr_train(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "dpr-train"), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    """``dpr-train`` run in this process (tests/run_command.py): the recipes are about the files a user adds; a
+    user's package is importable through ``user_package``, as ``PYTHONPATH`` makes it for a process."""
+    return run_as_subprocess([str(BIN / "dpr-train"), *args], cwd=cwd, env=env)
+
+
+@pytest.fixture()
+def user_package(tmp_path, monkeypatch):
+    """``tmp_path/src`` on ``sys.path`` for the test, and the modules imported from it forgotten afterwards."""
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    monkeypatch.syspath_prepend(str(src))
+    yield src
+    for name in [m for m, mod in sys.modules.items() if str(src) in str(getattr(mod, "__file__", None) or "")]:
+        del sys.modules[name]
 
 
 def _quick(tiny_data_dir: Path, out: Path) -> list[str]:
@@ -63,10 +76,10 @@ def _first_loss(run: Path) -> float:
     return json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["loss"]
 
 
-def test_recipe_new_loss_module_and_yaml_train_the_tiny_model(tiny_model_dir, tiny_data_dir, tmp_path):
+def test_recipe_new_loss_module_and_yaml_train_the_tiny_model(tiny_model_dir, tiny_data_dir, tmp_path, user_package):
     """docs/extending.md "A new loss": a module in the user's own package plus ``conf/loss/<name>.yaml`` in
     the user's config dir; ``loss=<name>`` trains with it and ``loss.<key>=`` reaches its constructor."""
-    pkg = tmp_path / "src" / "my_losses"
+    pkg = user_package / "my_losses"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "scaled_nll.py").write_text(doc_block("A new loss", "python"))
@@ -264,14 +277,16 @@ def test_recipe_new_negative_source_mines_through_the_one_filter(tiny_data_dir, 
             assert not has_answer(ex["answers"], c["text"]) and not has_answer(ex["answers"], c["title"])
 
 
-def test_recipe_new_validation_metric_keeps_the_weights_it_prefers(tiny_model_dir, tiny_data_dir, tmp_path):
+def test_recipe_new_validation_metric_keeps_the_weights_it_prefers(tiny_model_dir, tiny_data_dir, tmp_path,
+                                                                   user_package, monkeypatch):
     """docs/extending.md "A new validation metric": a module registering a ``DevMetric`` and the page's
     ``my_train.py`` (``dpr-train`` after one import); ``train.best_metric=<name>`` keeps the weights by it,
     lower being better as the object says (the old name rule would have read ``first_hit@20`` as an accuracy)."""
+    from dpr.training import dev_metrics
     from dpr.training.dev_metrics import greater_is_better
 
     section = "A new validation metric"
-    pkg = tmp_path / "src" / "my_metrics"
+    pkg = user_package / "my_metrics"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "first_hit.py").write_text(doc_block(section, "python", 0))
@@ -304,9 +319,10 @@ def test_recipe_new_validation_metric_keeps_the_weights_it_prefers(tiny_model_di
     assert summary["best_metric"] == {"name": "first_hit@20", "value": min(values)}  # lowest: greater_is_better=False
     assert summary["best_step"] == rows[values.index(min(values))]["step"]  # the first validation reaching it
 
-    # a name nobody registered is refused before training, the registered ones listed
+    # a name nobody registered is refused before training, the registered ones listed (the script in this
+    # process: its registration into a copy of the registry, forgotten after the test)
+    monkeypatch.setattr(dev_metrics, "_REGISTRY", dict(dev_metrics._REGISTRY))
     bad = [*args[:3], f"output_dir={tmp_path / 'bad'}", *args[4:-1], "train.best_metric=first_hit@10"]
-    proc = subprocess.run([sys.executable, "my_train.py", *bad],
-                          cwd=tmp_path, env=_env(tmp_path / "src"), capture_output=True, text=True, timeout=600)
+    proc = run_script("my_train.py", bad, cwd=tmp_path, env=_env(tmp_path / "src"))
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "best_metric='first_hit@10' is not a dev metric" in proc.stderr and "ndcg@10, first_hit@20" in proc.stderr
