@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -162,12 +161,10 @@ def _systems(out: Path) -> dict:
 
 @pytest.mark.slow
 def test_relaunched_run_is_the_explicit_torchrun_run(tiny_data_dir, tiny_model_dir, tmp_path):
-    """``dpr-pipeline ... nproc_per_node=2`` relaunches itself as 2 gloo ranks: both ranks encode, its report is an
-    explicit torchrun's, and its stage records are the ones an explicit torchrun computes (a torchrun over its run
-    directory skips every stage)."""
-    out, explicit = tmp_path / "self", tmp_path / "explicit"
-    pristine = tmp_path / "data_copy"  # the explicit run's own copy: the first run mines into its dataset
-    shutil.copytree(tiny_data_dir, pristine)
+    """``dpr-pipeline ... nproc_per_node=2`` relaunches itself as 2 gloo ranks: both ranks encode, and its stage
+    records (settings, inputs, outputs of every stage) are the ones an explicit torchrun computes: a torchrun over
+    its run directory skips every stage and leaves the report as it was."""
+    out = tmp_path / "self"
     proc = subprocess.run([str(BIN / "dpr-pipeline"), *TINY, f"data_dir={tiny_data_dir}", f"output_dir={out}",
                            f"model.name={tiny_model_dir}", "nproc_per_node=2"],
                           env=_env(), capture_output=True, text=True, timeout=600)
@@ -177,16 +174,13 @@ def test_relaunched_run_is_the_explicit_torchrun_run(tiny_data_dir, tiny_model_d
     assert "--standalone --nproc_per_node=2 -m dpr.cli.pipeline" in log
     for rank in (0, 1):
         assert f"shard {rank}/2: 4 passages" in log  # each rank encoded its half of the 8 passages
+    first = _systems(out)
 
     again = _torchrun(tiny_data_dir, tiny_model_dir, out)  # an explicit torchrun over the relaunched run's directory
     log = again.stdout + again.stderr
     assert again.returncode == 0, log[-4000:]
     assert "] running" not in log and "up to date, skipping" in log  # every stage recorded as torchrun records it
-
-    ref = _torchrun(pristine, tiny_model_dir, explicit)
-    assert ref.returncode == 0, (ref.stdout + ref.stderr)[-4000:]
-    assert _systems(out) == _systems(explicit)
-    assert sorted(p.name for p in (out / "stages").iterdir()) == sorted(p.name for p in (explicit / "stages").iterdir())
+    assert _systems(out) == first
 
 
 def _processes_naming(text: str) -> list[int]:
