@@ -208,7 +208,8 @@ def run_script(path: str | os.PathLike, args: Sequence[str | os.PathLike] = (), 
     path_before = list(sys.path)
     sys.path.insert(0, str(script.parent))
     try:
-        return _run_main(lambda: runpy.run_path(str(script), run_name="__main__"), [str(path), *map(str, args)],
+        # the path as given (relative to cwd, where the call runs): runpy puts it in sys.argv[0], as Python does
+        return _run_main(lambda: runpy.run_path(str(path), run_name="__main__"), [str(path), *map(str, args)],
                          cwd, env)
     finally:
         sys.path[:] = path_before
