@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.run_command import run_as_subprocess, run_command
+
 BIN = Path(sys.executable).parent
 
 
@@ -22,7 +24,7 @@ def _pipeline(data_dir: Path, model_dir: Path, out: Path, preset: str) -> subpro
            "train.max_steps=4", "train.batch_size=4", "train.hard_negatives=1", "train.save_every=0",
            "train.val_max_questions=4", "train.lr=1e-3", "bm25.num_negatives=3", "retrieve.k=5", "encode.batch_size=4"]
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    return run_as_subprocess(cmd, env=env)  # in this process: the runs are about what the stages write
 
 
 @pytest.mark.slow
@@ -46,8 +48,8 @@ def test_decoder_presets_through_the_pipeline_and_export(family, preset, tiny_da
     assert {"train", "dense_encode", "dense_index"} <= set(json.loads((out / "timings.json").read_text())["skipped"])
 
     # check=true: the copy's vectors compared with the run's (EOS pooling: EOS appended by the copy's tokenizer)
-    export = subprocess.run([str(BIN / "dpr-export"), f"model={trained}", "format=sentence-transformers",
-                             f"output={tmp_path / 'st'}", "check=true"], capture_output=True, text=True, timeout=600)
+    export = run_command(["dpr-export", f"model={trained}", "format=sentence-transformers",
+                          f"output={tmp_path / 'st'}", "check=true"])
     assert export.returncode == 0, export.stderr[-3000:]
     assert (tmp_path / "st" / "modules.json").is_file()
     check = json.loads(next(line for line in export.stdout.splitlines() if line.startswith("dpr-export: check "))
