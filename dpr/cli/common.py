@@ -45,6 +45,7 @@ MODEL_KEYS = ("model_path", "model.name", "rerank.model", "rerank.model.name", "
 # directory" after the command had made its output directory).
 FILE_INPUT_KEYS = ("passages", "qa", "queries", "qrels", "bm25", "dense", "bm25_dev", "dense_dev", "qrels_dev",
                    "index_path", "results")
+DIR_INPUT_KEYS = ("embeddings", "data_dir")  # an empty value would read the launch directory
 # how a model key is named in the message: the cross-encoder's model by its key, whichever spelling gave it
 _MODEL_KEY_SHOWN = {"rerank.model.name": "rerank.model", "teacher_cfg.rerank.model.name": "teacher_cfg.rerank.model"}
 # Expected failures: one line, exit 2. Anything else is a bug: one line + the traceback in a log file.
@@ -150,7 +151,10 @@ def check_not_empty(key: str, value: object, what: str) -> None:
 
 def check_input_files(cfg: DictConfig) -> None:
     """Each input file key of :data:`FILE_INPUT_KEYS` that is set names a path, and not a directory (a missing
-    file is left to the reader, whose message names it)."""
+    file is left to the reader, whose message names it); ``embeddings=`` and ``data_dir=`` are not empty."""
+    for key in DIR_INPUT_KEYS:
+        with contextlib.suppress(OmegaConfBaseException):
+            check_not_empty(key, OmegaConf.select(cfg, key, default=None, throw_on_missing=False), "a directory")
     for key in FILE_INPUT_KEYS:
         try:
             value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
@@ -301,6 +305,7 @@ def report_errors(command: str, outputs: tuple[str, ...] = (), schema: str | Non
                                 value = OmegaConf.select(a, key, default=None, throw_on_missing=False)
                             except OmegaConfBaseException:  # an interpolation that cannot resolve: the command's
                                 continue
+                            check_not_empty(_MODEL_KEY_SHOWN.get(key, key), value, "a model directory or name")
                             if isinstance(value, str) and value:
                                 try:
                                     check_model_path(value)

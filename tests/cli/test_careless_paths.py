@@ -103,6 +103,11 @@ def test_every_other_output_under_a_read_only_directory_is_named_first(tiny_mode
     (["dpr-bm25", "passages={tmp}/adir", "qa={tiny}/test.qa.tsv", "output={tmp}/b.json"],
      "config key passages: {tmp}/adir is a directory; give a file"),
     (["dpr-eval", "results=[{tmp}/adir]", "output_dir={tmp}/ev"], "config key results: {tmp}/adir is a directory"),
+    (["dpr-encode", "model=", "passages={tiny}/passages.tsv", "output_dir={tmp}/emb"],
+     "config key model_path: an empty path; give a model"),  # before: Hugging Face's "Repo id must use ...", emb/ made
+    (["dpr-export", "model=", "output={tmp}/ex"], "config key model_path: an empty path"),  # before: ".: not a run"
+    (["dpr-index", "embeddings=", "output={tmp}/i.faiss"], "config key embeddings: an empty path"),
+    (["dpr-train", "model.name={model}", "data_dir=", "output_dir={tmp}/t"], "config key data_dir: an empty path"),
 ], ids=lambda v: " ".join(v[:1] + [a for a in v if a.endswith("=") or "adir" in a or "''" in a]) if isinstance(v, list)
    else None)
 def test_empty_paths_and_directories_for_files_are_one_line_with_nothing_made(argv, line, tiny_model_dir,
