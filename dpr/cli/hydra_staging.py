@@ -31,6 +31,7 @@ _USER_CHOSEN = ("hydra.output_subdir", "hydra.job_logging", "hydra/job_logging",
 _MULTIRUN_FLAGS = ("-m", "--multirun")
 # the first line of a log written by Hydra's default logging: "[2026-01-31 12:00:00,123][logger][LEVEL] - ..."
 _LOG_LINE = re.compile(rb"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[")
+_PREFIX = "dpr-train-hydra-"  # <tmp>/dpr-train-hydra-<pid>-<random>/
 LOG_NAME = "train.log"  # ${hydra.job.name}.log of conf/train.yaml (hydra.job.name: train)
 
 
@@ -71,13 +72,29 @@ def applies(overrides: Iterable[str], flags: Iterable[str]) -> bool:
     return not any(k == c or k.startswith(c + ".") for k in _keys(overrides) for c in _USER_CHOSEN)
 
 
+def _remove_dead_stages() -> None:
+    """Staging directories of runs killed before they ended (named by their process id, which is gone)."""
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(tempfile.gettempdir()):
+            m = re.match(rf"^{_PREFIX}(\d+)-", entry)
+            if m is None:
+                continue
+            try:
+                os.kill(int(m.group(1)), 0)
+            except ProcessLookupError:
+                shutil.rmtree(Path(tempfile.gettempdir()) / entry, ignore_errors=True)
+            except OSError:  # alive, another user's
+                continue
+
+
 def stage_overrides(overrides: list[str], flags: list[str]) -> dict[str, str] | None:
     """Hydra overrides that send its log and ``.hydra/`` to a fresh staging directory (made here), or None where
     staging does not apply (:func:`applies`) or the directory's path cannot be written as an override value."""
     global _current
     if not applies(overrides, flags):
         return None
-    stage = Path(tempfile.mkdtemp(prefix="dpr-train-hydra-"))
+    _remove_dead_stages()
+    stage = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
     if any(c in str(stage) for c in "'\\"):  # not quotable in Hydra's override grammar
         shutil.rmtree(stage, ignore_errors=True)
         return None

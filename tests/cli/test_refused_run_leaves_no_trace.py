@@ -140,3 +140,16 @@ def test_a_real_process_refused_leaves_nothing(tiny_model_dir, tiny_data_dir, tm
     proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "looks like a text file, not a model card" in proc.stderr, proc.stderr[-2000:]
     assert _tree(out) == before and _stages_left() == []
+
+
+def test_a_killed_runs_staging_directory_is_removed_by_the_next_run(tmp_path):
+    proc = subprocess.Popen(["true"])  # a process that has ended: its pid names no live process
+    proc.wait()
+    left = Path(tempfile.gettempdir()) / f"dpr-train-hydra-{proc.pid}-abc"
+    (left / ".hydra").mkdir(parents=True)
+    mine = Path(tempfile.gettempdir()) / f"dpr-train-hydra-{os.getpid()}-xyz"  # a live process's
+    mine.mkdir()
+    hydra_staging.stage_overrides(["output_dir=x"], [])
+    hydra_staging.discard()
+    assert not left.exists() and mine.is_dir() and _stages_left() == [mine.name]
+
