@@ -171,10 +171,13 @@ def compare_reports(got: Mapping[str, Any], expected: Mapping[str, Any], *, ks: 
     return comparison
 
 
-def read_report(path: str | Path) -> dict:
+def read_report(path: str | Path, whole_set: bool = False) -> dict:
+    """The report at ``path``; ``whole_set``: a run's report, whose report.md and topk.png must be the ones it was
+    written with (its ``files``: a dpr-eval killed between its moves is refused, not compared). A published copy
+    in docs/results/reports stands alone."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        report = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ReportError(f"{path}: no such file (did the run finish?)") from None
     except IsADirectoryError:
@@ -183,6 +186,11 @@ def read_report(path: str | Path) -> dict:
         raise ReportError(f"{path}: cannot be read ({err.strerror})") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ReportError(f"{path}: not JSON ({err})") from None
+    if whole_set and isinstance(report, dict):
+        from dpr.atomic import check_file_manifest  # a DataError is a ValueError: one line, exit 2
+
+        check_file_manifest(path, report.get("files"), path.parent, "run dpr-eval again to write the report")
+    return report
 
 
 def _ks(text: str) -> list[int]:
@@ -220,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="comma list (default: every system of the published report)")
     args = ap.parse_args(argv)
     try:
-        comparison = compare_reports(read_report(args.report), read_report(args.expected), ks=args.ks,
+        comparison = compare_reports(read_report(args.report, whole_set=True), read_report(args.expected), ks=args.ks,
                                      tolerance=args.tolerance, systems=args.systems, metrics=args.metrics,
                                      where=(args.report, args.expected))
     except ValueError as err:  # ReportError included: one line, exit 2

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from dpr.atomic import atomic_path, write_json_atomic
+from dpr.atomic import atomic_paths, file_manifest, write_json_atomic
 from dpr.rerank.model import document_text
 from dpr.rerank.score import score_pairs
 from dpr.retrieval.fusion import normalize_scores
@@ -183,20 +183,22 @@ def keep_first_stage(first_stage: str | Path, json_path: str | Path, trec_path: 
                      stats_path: str | Path, records: Sequence[Mapping[str, Any]]) -> dict:
     """A ``+rerank`` row that is its first stage: the first stage's results file copied to ``json_path``
     (a TREC run, on qrels data, to ``trec_path``, with ``records``, its records, written as the JSON), so
-    the report scores the same lists, ties and all; the stats say so and price it at zero."""
+    the report scores the same lists, ties and all; the stats say so and price it at zero. The lists and the
+    stats are one set, as `dpr.rerank.rerank_file.write_reranked_set` writes it: moved in with the stats last,
+    which name the lists by size and hash (``files``), so a kill between the moves is refused on read."""
     from dpr.data.results import write_results
 
     src = Path(first_stage)
-    if src.suffix == ".trec":
-        if trec_path is None:
-            raise ValueError(f"{src}: keeping a TREC run needs a TREC output path")
-        with atomic_path(trec_path) as tmp:
-            shutil.copyfile(src, tmp)
-        write_results(json_path, records)
-    else:
-        with atomic_path(json_path) as tmp:
-            shutil.copyfile(src, tmp)
+    if src.suffix == ".trec" and trec_path is None:
+        raise ValueError(f"{src}: keeping a TREC run needs a TREC output path")
+    lists = [Path(json_path), *([Path(trec_path)] if src.suffix == ".trec" else [])]
     stats = {"kept_first_stage": True, "questions": len(records), "pairs": 0, "scored": 0, "reused": 0, "seconds": 0.0,
              "seconds_per_pair": None, "seconds_per_question": 0.0, "first_stage": str(src)}
-    write_json_atomic(stats_path, stats)
+    with atomic_paths([*lists, stats_path]) as tmps:
+        if src.suffix == ".trec":
+            shutil.copyfile(src, tmps[1])
+            write_results(tmps[0], records)
+        else:
+            shutil.copyfile(src, tmps[0])
+        write_json_atomic(tmps[-1], {**stats, "files": file_manifest({p.name: t for p, t in zip(lists, tmps)})})
     return stats

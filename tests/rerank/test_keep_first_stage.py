@@ -4,6 +4,7 @@ as its ``+rerank`` row (`dpr.rerank.runs.lowers_dev`, `keep_first_stage`)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,9 @@ def test_a_kept_results_file_is_the_first_stage_byte_for_byte(tmp_path):
     out = tmp_path / "rerank" / "bm25"
     stats = keep_first_stage(first, out / "test.json", None, out / "stats.json", read_results(first))
     assert (out / "test.json").read_bytes() == first.read_bytes()  # equal scores keep their order too
-    assert stats == json.loads((out / "stats.json").read_text())
+    recorded = json.loads((out / "stats.json").read_text())
+    assert stats == {k: v for k, v in recorded.items() if k != "files"}
+    assert set(recorded["files"]) == {"test.json"}  # the stats name the list they were written with
     assert stats["kept_first_stage"] and stats["questions"] == 2 and stats["pairs"] == 0
     assert stats["seconds_per_question"] == 0.0 and stats["first_stage"] == str(first)
 
@@ -55,3 +58,37 @@ def test_a_kept_trec_run_is_copied_and_its_records_written(tmp_path):
     kept = read_results(out / "test.json")
     assert [[c["id"] for c in r["ctxs"]] for r in kept] == [["d3", "d1", "d2"], ["d2"]]
     assert json.loads((out / "stats.json").read_text())["questions"] == 2
+
+
+def test_a_kept_list_killed_between_its_moves_is_refused_on_read(tmp_path, monkeypatch):
+    """The kept list and its stats move in as one set (stats last): a kill after the list moved leaves the old
+    stats, which name the old list, and dpr-eval refuses the pair in one line instead of scoring it."""
+    import dpr.atomic
+    from dpr.errors import DataError
+    from dpr.eval.report import evaluate_qa
+
+    def records(score):
+        return [{"question": f"q{i}", "answers": ["a"], "ctxs": [
+            {"id": str(j), "title": "t", "text": f"p{j}", "score": score, "has_answer": j == i} for j in range(3)]}
+            for i in range(2)]
+
+    out = tmp_path / "rerank" / "bm25"
+    for n, score in enumerate((1.0, 2.0)):
+        first = tmp_path / f"first{n}.json"
+        write_results(first, records(score))
+        if n == 1:  # the second keep is killed after its first move into ``out``
+            real = dpr.atomic.replace_path
+
+            def replace(new, path, aside):
+                if Path(path).parent == out and Path(path).name == "stats.json":
+                    raise OSError("killed here")
+                real(new, path, aside)
+
+            monkeypatch.setattr(dpr.atomic, "replace_path", replace)
+            with pytest.raises(OSError, match="killed here"):
+                keep_first_stage(first, out / "test.json", None, out / "stats.json", read_results(first))
+            monkeypatch.undo()
+        else:
+            keep_first_stage(first, out / "test.json", None, out / "stats.json", read_results(first))
+    with pytest.raises(DataError, match="field 'files': not the file stats.json was written with"):
+        evaluate_qa({"x": out / "test.json"}, tmp_path / "eval", ks=[1], num_resamples=20)

@@ -103,6 +103,23 @@ def test_the_cli_names_an_unreadable_file_in_one_line(published, tmp_path):
     assert check.main([str(tmp_path / "absent.json"), str(PUBLISHED)]) == 2
 
 
+def test_a_run_report_whose_markdown_is_another_writes_is_refused(published, tmp_path, capsys):
+    """A run's report.json names its report.md by size and hash (dpr-eval's one set): a report.md left by a
+    dpr-eval killed between its moves, or copied in, is refused in one line instead of compared."""
+    from dpr.atomic import file_manifest
+
+    run = tmp_path / "eval"
+    run.mkdir()
+    (run / "report.md").write_text("# Retrieval evaluation\n")
+    (run / "report.json").write_text(json.dumps({**published, "files": file_manifest({"report.md": run / "report.md"})}))
+    assert check.main([str(run / "report.json"), str(PUBLISHED)]) == 0
+    capsys.readouterr()
+    (run / "report.md").write_text("# Retrieval evaluation\nanother run\n")
+    assert check.main([str(run / "report.json"), str(PUBLISHED)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "report.md" in err and "run dpr-eval again" in err
+
+
 def _readme_main_command() -> str:
     """The README's main job, from its first code block: the dpr-pipeline line after the set-up."""
     block = re.search(r"```bash\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.S).group(1)

@@ -65,3 +65,19 @@ def test_the_repository_pages_are_up_to_date():
     for page in rt.pages():
         text = page.read_text()
         assert rt.rewrite(text, str(page.relative_to(ROOT))) == text, f"{page}: run scripts/results_tables.py write"
+
+
+def test_save_refuses_a_report_whose_markdown_is_another_writes(tmp_path, capsys):
+    """A run's report.json names its report.md by size and hash: one left by a dpr-eval killed between its moves is
+    refused in one line before anything is copied into docs/results/reports."""
+    from dpr.atomic import file_manifest
+
+    (tmp_path / "report.md").write_text("# Retrieval evaluation\n")
+    (tmp_path / "report.json").write_text(json.dumps({**QA, "files": file_manifest({"report.md": tmp_path / "report.md"})}))
+    (tmp_path / "report.md").write_text("# Retrieval evaluation\nanother run\n")
+    with pytest.raises(SystemExit) as exit_:
+        rt.main(["save", str(tmp_path / "report.json"), "never_written"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "report.md" in err
+    assert not (rt.REPORTS / "never_written.json").exists()
