@@ -17,7 +17,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from dpr.atomic import check_file_manifest, write_text_atomic
+from dpr.atomic import write_text_atomic
+from dpr.output_sets import check_file_manifest
 from dpr.errors import DataError
 
 log = logging.getLogger(__name__)

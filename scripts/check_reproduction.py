@@ -187,7 +187,7 @@ def read_report(path: str | Path, whole_set: bool = False) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ReportError(f"{path}: not JSON ({err})") from None
     if whole_set and isinstance(report, dict):
-        from dpr.atomic import check_file_manifest  # a DataError is a ValueError: one line, exit 2
+        from dpr.output_sets import check_file_manifest  # a DataError is a ValueError: one line, exit 2
 
         check_file_manifest(path, report.get("files"), path.parent, "run dpr-eval again to write the report")
     return report

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(report, dict) or not isinstance(report.get("systems"), dict):
             parser.exit(2, f"results_tables: {args.report}: field systems: missing (not a dpr-eval report.json)\n")
         try:  # a run's report whose report.md / topk.png are another write's (a dpr-eval killed between moves)
-            from dpr.atomic import check_file_manifest
+            from dpr.output_sets import check_file_manifest
 
             check_file_manifest(args.report, report.get("files"), Path(args.report).parent,
                                 "run dpr-eval again to write the report")

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from dpr.atomic import atomic_paths, check_file_manifest, file_manifest
+from dpr.output_sets import atomic_paths, check_file_manifest, file_manifest
 from dpr.errors import DataError
 from dpr.eval import stats
 from dpr.eval.plot import plot_curves
@@ -270,7 +270,7 @@ def add_reader(report: dict, reader: Mapping[str, Any], details: Mapping[str, An
 
 def _write(report: dict, output_dir: str | Path, markdown: str, curves: Mapping[str, Mapping[int, float]],
            ylabel: str, dashed: Iterable[str] = ()) -> dict:
-    """The report's three files as one set (`dpr.atomic.atomic_paths`): all written aside, then moved in with
+    """The report's three files as one set (`dpr.output_sets.atomic_paths`): all written aside, then moved in with
     report.json last, naming the other two by size and hash (``files``; :func:`read_report` checks them).
     Returns the report as written (with ``files``)."""
     out = Path(output_dir)

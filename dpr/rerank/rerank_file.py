@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from dpr.atomic import atomic_paths, file_manifest, write_json_atomic
+from dpr.atomic import write_json_atomic
+from dpr.output_sets import atomic_paths, file_manifest
 from dpr.eval.ranking import results_metrics
 from dpr.rerank.config import RerankScoreConfig
 from dpr.rerank.model import load_cross_encoder
@@ -38,7 +39,7 @@ def stats_path(output: str | Path) -> Path:
 def write_reranked_set(records: list[dict], json_out: Path, trec_out: Path | None, stats_out: Path, stats: dict,
                        tag: str = "rerank") -> None:
     """The reranked list (JSON, and the TREC run when ``trec_out``) and its stats as one set
-    (`dpr.atomic.atomic_paths`): written aside, moved in with the stats last, which name the lists by size and
+    (`dpr.output_sets.atomic_paths`): written aside, moved in with the stats last, which name the lists by size and
     hash (``files``; `dpr.eval.report.check_results_set` checks them before a list is evaluated)."""
     lists = [json_out, *([trec_out] if trec_out is not None else [])]
     with atomic_paths([*lists, stats_out]) as tmps:

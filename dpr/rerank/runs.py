@@ -24,7 +24,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from dpr.atomic import atomic_paths, file_manifest, write_json_atomic
+from dpr.atomic import write_json_atomic
+from dpr.output_sets import atomic_paths, file_manifest
 from dpr.rerank.model import document_text
 from dpr.rerank.score import score_pairs
 from dpr.retrieval.fusion import normalize_scores

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import dpr.atomic
-from dpr.atomic import atomic_paths, check_file_manifest, file_manifest
+from dpr.output_sets import atomic_paths, check_file_manifest, file_manifest
 from dpr.errors import DataError
 from dpr.eval.report import evaluate_qa, evaluate_qrels, read_report
 from dpr.rerank.rerank_file import write_reranked_set

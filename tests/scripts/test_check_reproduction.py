@@ -106,7 +106,7 @@ def test_the_cli_names_an_unreadable_file_in_one_line(published, tmp_path):
 def test_a_run_report_whose_markdown_is_another_writes_is_refused(published, tmp_path, capsys):
     """A run's report.json names its report.md by size and hash (dpr-eval's one set): a report.md left by a
     dpr-eval killed between its moves, or copied in, is refused in one line instead of compared."""
-    from dpr.atomic import file_manifest
+    from dpr.output_sets import file_manifest
 
     run = tmp_path / "eval"
     run.mkdir()

@@ -70,7 +70,7 @@ def test_the_repository_pages_are_up_to_date():
 def test_save_refuses_a_report_whose_markdown_is_another_writes(tmp_path, capsys):
     """A run's report.json names its report.md by size and hash: one left by a dpr-eval killed between its moves is
     refused in one line before anything is copied into docs/results/reports."""
-    from dpr.atomic import file_manifest
+    from dpr.output_sets import file_manifest
 
     (tmp_path / "report.md").write_text("# Retrieval evaluation\n")
     (tmp_path / "report.json").write_text(json.dumps({**QA, "files": file_manifest({"report.md": tmp_path / "report.md"})}))
