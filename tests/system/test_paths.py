@@ -55,7 +55,8 @@ def _mini_suite(tmp_path: Path) -> Path:
 def test_missing_cross_check_library_fails_under_ci(tmp_path):
     """Under CI=true an ``importorskip`` (pytrec_eval's cross-check) is a failure, not a green skip."""
     suite = _mini_suite(tmp_path)
-    base = {k: v for k, v in os.environ.items() if k != "CI"}
+    # PYTHONPATH: the copied conftest loads the repository's tests.durations plugin
+    base = {**{k: v for k, v in os.environ.items() if k != "CI"}, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)]
     relaxed = subprocess.run(cmd, cwd=suite, capture_output=True, text=True, env=base, timeout=120)
     strict = subprocess.run(cmd, cwd=suite, capture_output=True, text=True, env={**base, "CI": "true"}, timeout=120)
