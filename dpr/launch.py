@@ -21,6 +21,7 @@ Registered as ``launch_cfg/default`` (conf/pipeline.yaml places it at the root: 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import shlex
@@ -103,9 +104,27 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _dies_with(parent: int) -> Callable[[], None] | None:
+    """For the child, before it runs (Linux): SIGTERM when ``parent`` dies, even of a SIGKILL that no handler can pass
+    on, so torchrun stops its ranks instead of running on without the command that started it. None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def arm() -> None:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # no prctl: the signals a handler can pass on still are
+            return
+        if os.getppid() != parent:  # the parent died before the line above: nobody will send it
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
 def run_forwarding_signals(cmd: Sequence[str], cwd: str | os.PathLike | None = None) -> int:
     """Run ``cmd`` in a process group of its own, passing on each signal of FORWARDED this process receives, and
-    return its exit status (`exit_status`). The handlers are this process's again afterwards."""
+    return its exit status (`exit_status`); on Linux it is also sent SIGTERM if this process dies (`_dies_with`).
+    The handlers are this process's again afterwards."""
     received: list[int] = []
     started: list[subprocess.Popen] = []
 
@@ -119,7 +138,7 @@ def run_forwarding_signals(cmd: Sequence[str], cwd: str | os.PathLike | None = N
     if threading.current_thread() is threading.main_thread():  # Python handles signals in the main thread only
         previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, process_group=0)
+        proc = subprocess.Popen(list(cmd), cwd=cwd, process_group=0, preexec_fn=_dies_with(os.getpid()))
         early = list(received)  # arrived while it started: passed on now
         started.append(proc)
         for signum in early:

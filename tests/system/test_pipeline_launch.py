@@ -217,3 +217,23 @@ def test_ctrl_c_stops_the_relaunched_ranks(tiny_data_dir, tiny_model_dir, tmp_pa
     while _processes_naming(f"output_dir={out}") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _processes_naming(f"output_dir={out}") == [], "".join(seen) + rest  # no rank left behind
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_command_takes_its_torchrun_with_it(tmp_path):
+    """SIGKILL to the command (no handler can pass it on): what it started gets SIGTERM and stops, not run on
+    orphaned."""
+    parent = ("import sys; from dpr.launch import run_forwarding_signals; "
+              "run_forwarding_signals([sys.executable, '-c', "
+              "\"import os, time; print(os.getpid(), flush=True); time.sleep(120)\"])")
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True, env=_env())
+    child = int(proc.stdout.readline())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gone = not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+    if not gone:
+        os.kill(child, signal.SIGKILL)
+    assert gone, "the command's child outlived it"
