@@ -30,8 +30,8 @@ import torch
 from dpr.data.retriever_json import relevant_ids
 from dpr.negatives.filters import false_negative
 from dpr.rerank.model import document_text, tokenize_pairs
-from dpr.training.batching import (NegativePool, epoch_permutation, load_examples, make_item, mined_negatives,
-                                   warn_topped_up)
+from dpr.training.batch_order import epoch_permutation
+from dpr.training.batching import NegativePool, load_examples, make_item, mined_negatives, warn_topped_up
 from dpr.training.masks import pair_masks
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpr.training.config import TrainConfig
-from dpr.training.batching import global_batches, positive_topic
+from dpr.training.batch_order import global_batches, positive_topic
 from tests.training.helpers import train_batches
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpr.training.batching import NegativePool, TrainBatches, global_batches, make_item, rank_slice
+from dpr.training.batch_order import global_batches, rank_slice
+from dpr.training.batching import NegativePool, TrainBatches, make_item
 from dpr.training.train import TrainConfig, train
 from dpr.trainkit.metrics_log import read_jsonl
 from dpr.trainkit.precision import resolve_precision
