@@ -370,21 +370,36 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def check_can_write(path: str | Path) -> None:
-    """Before long work: :class:`OutputNotWritableError` (one line naming the directory) unless an output at
-    ``path`` can be written, i.e. the nearest existing directory above it takes a new entry (tried for real: root
-    ignores permission bits, a read-only file system does not); NotADirectoryError when that nearest existing path
-    is a file. The write itself goes aside in ``path``'s directory (:func:`atomic_path`), so the check is there."""
-    path = Path(os.path.abspath(path))
-    probe = path.parent
+def nearest_existing(path: str | Path) -> Path:
+    """The nearest path above ``path`` that exists (a new output is created in it, or in what is made below it)."""
+    probe = Path(path).parent
     while not os.path.lexists(probe):
         probe = probe.parent
-    if not os.path.isdir(probe):
-        raise NotADirectoryError(f"{path}: cannot be created, {probe} is not a directory")
+    return probe
+
+
+def create_error(directory: str | Path) -> OSError | None:
+    """Why a new file cannot be made in ``directory``, found by making (and removing) one for real: ``os.access``
+    lies for root, who ignores permission bits but not a read-only file system. None when it can."""
     try:
-        fd, name = tempfile.mkstemp(prefix=".dpr-write-check.", dir=probe)
+        fd, name = tempfile.mkstemp(prefix=".dpr-write-check.", dir=directory)
         os.close(fd)
         os.unlink(name)
     except OSError as err:
+        return err
+    return None
+
+
+def check_can_write(path: str | Path) -> None:
+    """Before long work: :class:`OutputNotWritableError` (one line naming the directory) unless an output at
+    ``path`` can be written, i.e. the nearest existing directory above it takes a new entry; NotADirectoryError
+    when that nearest existing path is a file. The write itself goes aside in ``path``'s directory
+    (:func:`atomic_path`), so the check is there."""
+    path = Path(os.path.abspath(path))
+    probe = nearest_existing(path)
+    if not os.path.isdir(probe):
+        raise NotADirectoryError(f"{path}: cannot be created, {probe} is not a directory")
+    err = create_error(probe)
+    if err is not None:
         raise OutputNotWritableError(f"{probe}: cannot write {path.relative_to(probe)} there "
-                                     f"({os.strerror(err.errno).lower() if err.errno else err})") from None
+                                     f"({os.strerror(err.errno).lower() if err.errno else err})")

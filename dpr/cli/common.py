@@ -19,7 +19,7 @@ from typing import Callable
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from dpr.atomic import check_replaceable
+from dpr.atomic import check_replaceable, create_error, nearest_existing
 from dpr.output_kinds import foreign
 from dpr.slurm import adopt_slurm_env
 from dpr.errors import DataError
@@ -116,17 +116,12 @@ def check_writable(path: str | os.PathLike, what: str = "output") -> Path:
     """Fail now, before any work, if ``path`` (a file or directory to be written) cannot be created:
     the nearest existing ancestor must be a writable directory. Creates nothing."""
     p = user_path(path)
-    probe = p.parent
-    while not os.path.lexists(probe):
-        probe = probe.parent
+    probe = nearest_existing(p)
     if not probe.is_dir():
         raise NotADirectoryError(f"{what} {p}: cannot be created, {probe} is not a directory")
-    try:  # os.access lies for root and on some file systems: really create (and delete) a file
-        fd, name = tempfile.mkstemp(prefix=".dpr-write-check.", dir=probe)
-        os.close(fd)
-        os.unlink(name)
-    except OSError as err:
-        raise PermissionError(f"{what} {p}: {probe} is not writable ({err.strerror})") from None
+    err = create_error(probe)
+    if err is not None:
+        raise PermissionError(f"{what} {p}: {probe} is not writable ({err.strerror})")
     return p
 
 
