@@ -103,6 +103,28 @@ def rank_variables_are_left_as_found():
     assert not leaked, "this test left rank variables set: " + ", ".join(leaked)
 
 
+def directory_tree(root: Path) -> dict[str, bytes]:
+    """Every path under ``root`` with its contents (a directory as ``<dir>``), byte for byte: what a refused
+    command must leave as it found it."""
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture()
+def read_only_dir(tmp_path):
+    """A read-only file system at ``<tmp>/ro``: even root cannot write there (skipped where no tmpfs can be
+    mounted)."""
+    import shutil
+    import subprocess
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if shutil.which("mount") is None or subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ro)],
+                                                        capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here")
+    yield ro
+    subprocess.run(["umount", str(ro)], check=False)
+
+
 @pytest.fixture(scope="session")
 def mirror_dir() -> Path:
     """The real-data mirror. Absent: skip with a reason, except under CI=true where it is a failure."""

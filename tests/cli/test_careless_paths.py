@@ -6,29 +6,12 @@ launch directory itself), and a directory where an input file goes."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import directory_tree
 from tests.run_command import refusal_line, run_command
-
-
-def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
-
-
-@pytest.fixture()
-def read_only(tmp_path):
-    """A read-only file system at ``<tmp>/ro``: even root cannot write there."""
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    if shutil.which("mount") is None or subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ro)],
-                                                        capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a read-only tmpfs here")
-    yield ro
-    subprocess.run(["umount", str(ro)], check=False)
 
 
 @pytest.fixture()
@@ -46,9 +29,9 @@ def _bm25(tiny_data_dir: Path, index_dir: Path, out: Path) -> list[str]:
             f"index_dir={index_dir}"]
 
 
-def test_bm25_index_dir_under_a_read_only_directory_is_named_before_the_build(tiny_data_dir, tmp_path, read_only):
-    proc = run_command(_bm25(tiny_data_dir, read_only / "idx", tmp_path / "bm25.json"), cwd=tmp_path)
-    refusal_line(proc, f"{read_only}: cannot write idx there (read-only file system)")
+def test_bm25_index_dir_under_a_read_only_directory_is_named_before_the_build(tiny_data_dir, tmp_path, read_only_dir):
+    proc = run_command(_bm25(tiny_data_dir, read_only_dir / "idx", tmp_path / "bm25.json"), cwd=tmp_path)
+    refusal_line(proc, f"{read_only_dir}: cannot write idx there (read-only file system)")
     assert "BM25 tokenize" not in proc.stderr and not (tmp_path / "bm25.json").exists()  # before: after the build
 
 
@@ -59,9 +42,9 @@ def test_bm25_index_dir_under_a_file_is_named_before_the_build(tiny_data_dir, tm
     assert "BM25 tokenize" not in proc.stderr  # before: "[Errno 17] File exists: '<afile>'" after the build
 
 
-def test_export_under_a_read_only_directory_is_named_before_the_export(run_dir, tmp_path, read_only):
-    proc = run_command(["dpr-export", f"model={run_dir}", f"output={read_only / 'export'}"], cwd=tmp_path)
-    refusal_line(proc, f"output {read_only / 'export'}: {read_only} is not writable (Read-only file system)")
+def test_export_under_a_read_only_directory_is_named_before_the_export(run_dir, tmp_path, read_only_dir):
+    proc = run_command(["dpr-export", f"model={run_dir}", f"output={read_only_dir / 'export'}"], cwd=tmp_path)
+    refusal_line(proc, f"output {read_only_dir / 'export'}: {read_only_dir} is not writable (Read-only file system)")
 
 
 def test_export_under_a_file_is_one_clear_line(run_dir, tmp_path):
@@ -72,7 +55,7 @@ def test_export_under_a_file_is_one_clear_line(run_dir, tmp_path):
 
 
 def test_every_other_output_under_a_read_only_directory_is_named_first(tiny_model_dir, tiny_data_dir, tmp_path,
-                                                                       read_only):
+                                                                       read_only_dir):
     tiny = tiny_data_dir / "tiny"
     (tmp_path / "r.json").write_text("[]")
     for key, cmd in (("output_dir", ["dpr-encode", f"model={tiny_model_dir}", f"passages={tiny / 'passages.tsv'}"]),
@@ -81,9 +64,9 @@ def test_every_other_output_under_a_read_only_directory_is_named_first(tiny_mode
                                  f"qa={tiny / 'test.qa.tsv'}"]),
                      ("output_dir", ["dpr-eval", f"results=[{tmp_path / 'r.json'}]"]),
                      ("output", ["dpr-rerank", "score", f"model={tiny_model_dir}", f"results={tmp_path / 'r.json'}"])):
-        out = read_only / "x"
+        out = read_only_dir / "x"
         proc = run_command([*cmd, f"{key}={out}"], cwd=tmp_path)
-        refusal_line(proc, f"{key} {out}: {read_only} is not writable (Read-only file system)")
+        refusal_line(proc, f"{key} {out}: {read_only_dir} is not writable (Read-only file system)")
 
 
 @pytest.mark.parametrize("argv,line", [
@@ -115,7 +98,7 @@ def test_empty_paths_and_directories_for_files_are_one_line_with_nothing_made(ar
     (tmp_path / "adir").mkdir()
     (tmp_path / "r.json").write_text("[]")
     fill = {"model": tiny_model_dir, "tiny": tiny_data_dir / "tiny", "tmp": tmp_path}
-    before = _tree(tmp_path)
+    before = directory_tree(tmp_path)
     proc = run_command([a.format(**fill) for a in argv], cwd=tmp_path)
     refusal_line(proc, line.format(**fill))
-    assert _tree(tmp_path) == before
+    assert directory_tree(tmp_path) == before

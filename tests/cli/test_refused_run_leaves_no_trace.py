@@ -13,14 +13,10 @@ from pathlib import Path
 import pytest
 
 from dpr.cli import hydra_staging
+from tests.conftest import directory_tree
 from tests.run_command import refusal_line, run_command
 
 USER_README = "# My notes\n\nexperiments I ran by hand\n"
-
-
-def _tree(root: Path) -> dict[str, bytes]:
-    """Every path under ``root`` with its contents (a directory as ``<dir>``), byte for byte."""
-    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in sorted(root.rglob("*"))}
 
 
 def _conf(tmp_path: Path) -> Path:
@@ -57,10 +53,10 @@ def test_a_refused_trainer_leaves_the_launch_and_output_directories_byte_for_byt
     card.write_text(USER_README)
     (out / "notes.txt").write_text("mine")
     conf = _conf(tmp_path)
-    before, launch_before, stages_before = _tree(out), sorted(os.listdir(tmp_path)), _stages_left()
+    before, launch_before, stages_before = directory_tree(out), sorted(os.listdir(tmp_path)), _stages_left()
     proc = run_command(_args(cmd, tiny_model_dir, tiny_data_dir, out, conf), cwd=tmp_path)
     refusal_line(proc, f"{card}: looks like a text file, not a model card")
-    assert _tree(out) == before  # before: dpr-train left train.log (and .hydra/ when killed) here
+    assert directory_tree(out) == before  # before: dpr-train left train.log (and .hydra/ when killed) here
     assert sorted(os.listdir(tmp_path)) == launch_before and _stages_left() == stages_before
 
 
@@ -77,10 +73,10 @@ def test_dpr_train_refuses_a_user_train_log(tiny_model_dir, tiny_data_dir, tmp_p
     out = tmp_path / "run"
     out.mkdir()
     (out / "train.log").write_text("my own log of the day\n")
-    before = _tree(out)
+    before = directory_tree(out)
     proc = run_command(_args(["dpr-train"], tiny_model_dir, tiny_data_dir, out, _conf(tmp_path)), cwd=tmp_path)
     refusal_line(proc, f"{out / 'train.log'}: is not a log dpr-train wrote")
-    assert _tree(out) == before
+    assert directory_tree(out) == before
 
 
 def test_dpr_train_log_and_hydra_dir_arrive_once_the_checks_pass(tiny_model_dir, tiny_data_dir, tmp_path):
@@ -100,10 +96,10 @@ def test_dpr_train_log_and_hydra_dir_arrive_once_the_checks_pass(tiny_model_dir,
     assert proc.returncode == 0, proc.stderr[-3000:]
     log2 = (out / "train.log").read_text()
     assert log2.startswith(log1) and log2.count("run directory") == 2
-    before = _tree(out)
+    before = directory_tree(out)
     proc = run_command(args + ["train.lr=5e-4"], cwd=tmp_path)
     refusal_line(proc, "train.lr")
-    assert _tree(out) == before
+    assert directory_tree(out) == before
 
 
 def test_staging_is_kept_off_where_the_user_chose_hydras_placement(tmp_path):
@@ -133,13 +129,13 @@ def test_a_real_process_refused_leaves_nothing(tiny_model_dir, tiny_data_dir, tm
     out = tmp_path / "run"
     out.mkdir()
     (out / "README.md").write_text(USER_README)
-    before = _tree(out)
+    before = directory_tree(out)
     args = _args([str(Path(sys.executable).parent / "dpr-train")], tiny_model_dir, tiny_data_dir, out, _conf(tmp_path))
     env = dict(os.environ, WANDB_MODE="disabled", TMPDIR=tempfile.gettempdir())
     env.pop("RANK", None)
     proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "looks like a text file, not a model card" in proc.stderr, proc.stderr[-2000:]
-    assert _tree(out) == before and _stages_left() == []
+    assert directory_tree(out) == before and _stages_left() == []
 
 
 def test_a_killed_runs_staging_directory_is_removed_by_the_next_run(tmp_path):
