@@ -98,9 +98,15 @@ class StageOutputsChanged(DataError):
     """A stage's output rewritten by something else since the stage recorded it (module doc)."""
 
 
+def _launched() -> bool:
+    """Whether this process is one rank of several (a launcher's ``WORLD_SIZE``; `dpr.distributed` is this floor's
+    neighbour, so it is read here directly)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def _several_processes(one_rank: bool) -> bool:
     """True where every rank of a launch runs this stage (each writes its outputs)."""
-    return not one_rank and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return not one_rank and _launched()
 
 
 def _read_marker(marker: Path) -> dict:
@@ -143,7 +149,7 @@ class StageRunner:
         outputs, inputs = [Path(p) for p in outputs], [Path(p) for p in inputs]
         marker = Path(self.state_dir) / f"{name}.json"
         root = Path(self.state_dir).parent
-        if one_rank and int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0:
+        if one_rank and _launched() and int(os.environ.get("RANK", "0")) != 0:
             return self._wait_for(name, marker, outputs, params, inputs, root)
         if not self.force and marker.exists() and all(p.exists() for p in outputs) and \
                 self._up_to_date(name, marker, outputs, fingerprint(params, inputs, root), params, inputs, one_rank):
