@@ -355,11 +355,17 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
+    """``obj`` as the project writes JSON (UTF-8, not ASCII-escaped, a final newline), straight to ``path``: for a
+    path that is already a temporary one (a member of `dpr.output_sets.atomic_paths`)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False, indent=indent)
+        f.write("\n")
+
+
 def write_json_atomic(path: str | Path, obj: Any, indent: int | None = 2) -> None:
     with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, ensure_ascii=False, indent=indent)
-            f.write("\n")
+        write_json(tmp, obj, indent)
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

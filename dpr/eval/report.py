@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from dpr.atomic import write_json
 from dpr.output_sets import atomic_paths, check_file_manifest, file_manifest
 from dpr.errors import DataError
 from dpr.eval import stats
@@ -279,9 +280,7 @@ def _write(report: dict, output_dir: str | Path, markdown: str, curves: Mapping[
         plot_curves(curves, png, ylabel=ylabel, dashed=dashed)
         md.write_text(markdown, encoding="utf-8")
         body = {**report, "files": file_manifest({PLOT_FILE: png, MARKDOWN_FILE: md})}
-        with open(js, "w", encoding="utf-8") as f:
-            json.dump(body, f, ensure_ascii=False, indent=2)
-            f.write("\n")
+        write_json(js, body)
     log.info("report written to %s", out)
     return body
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from dpr.atomic import write_json_atomic
+from dpr.atomic import write_json
 from dpr.output_sets import atomic_paths, file_manifest
 from dpr.eval.ranking import results_metrics
 from dpr.rerank.config import RerankScoreConfig
@@ -44,7 +44,7 @@ def write_reranked_set(records: list[dict], json_out: Path, trec_out: Path | Non
     lists = [json_out, *([trec_out] if trec_out is not None else [])]
     with atomic_paths([*lists, stats_out]) as tmps:
         write_reranked(records, tmps[0], tmps[1] if trec_out is not None else None, tag=tag)
-        write_json_atomic(tmps[-1], {**stats, "files": file_manifest({p.name: t for p, t in zip(lists, tmps)})})
+        write_json(tmps[-1], {**stats, "files": file_manifest({p.name: t for p, t in zip(lists, tmps)})})
 
 
 def _metric_name(qrels: Mapping | None) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from dpr.atomic import write_json_atomic
+from dpr.atomic import write_json
 from dpr.output_sets import atomic_paths, file_manifest
 from dpr.rerank.model import document_text
 from dpr.rerank.score import score_pairs
@@ -201,5 +201,5 @@ def keep_first_stage(first_stage: str | Path, json_path: str | Path, trec_path: 
             write_results(tmps[0], records)
         else:
             shutil.copyfile(src, tmps[0])
-        write_json_atomic(tmps[-1], {**stats, "files": file_manifest({p.name: t for p, t in zip(lists, tmps)})})
+        write_json(tmps[-1], {**stats, "files": file_manifest({p.name: t for p, t in zip(lists, tmps)})})
     return stats

@@ -119,7 +119,7 @@ def test_a_full_disk_while_reranking_keeps_the_previous_set(tmp_path, monkeypatc
     d = tmp_path / "r"
     _reranked_set(d)
     before = _files(d)
-    _fail_writing(monkeypatch, "dpr.rerank.rerank_file.write_json_atomic", "x.stats.json")
+    _fail_writing(monkeypatch, "dpr.rerank.rerank_file.write_json", "x.stats.json")
     with pytest.raises(OSError, match="No space left"):
         _reranked_set(d, 2.0)
     assert _files(d) == {**before, "in.json": _files(d)["in.json"]}  # (in.json: this test's own input)
