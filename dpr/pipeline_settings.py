@@ -86,7 +86,7 @@ def dense_config(cfg: DictConfig) -> DenseConfig:
 
 def questions(ds: DatasetPaths, split: str) -> list[Path]:
     """The files that define a split's evaluation questions."""
-    return [ds.queries, ds.qrels(split)] if ds.kind == "qrels" else [ds.qa(split)]
+    return [ds.queries, ds.qrels(split)] if ds.has_qrels else [ds.qa(split)]
 
 
 @dataclass(frozen=True)

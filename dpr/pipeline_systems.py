@@ -47,7 +47,7 @@ class PipelineRun:
     @property
     def qrels(self) -> bool:
         """A qrels dataset (TREC runs, judged by qrels) rather than QA (DPR results, judged by answers)."""
-        return self.ds.kind == "qrels"
+        return self.ds.has_qrels
 
     @property
     def ext(self) -> str:

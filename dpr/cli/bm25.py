@@ -54,13 +54,13 @@ def run_dataset(cfg: DictConfig) -> None:
         raise FileNotFoundError(f"no prepared dataset at {ds.root} (passages.tsv missing): run dpr-data first")
     if not cfg.output and not cfg.mine:
         raise ValueError("nothing to do: give output=<file> to retrieve, or mine=true")
-    if cfg.output and ds.kind != "qrels":
+    if cfg.output and not ds.has_qrels:
         _require_questions(ds.qa(cfg.split))  # before any index is built
     index_dir = Path(cfg.index_dir) if cfg.index_dir else ds.root / "bm25_index"
     index = bm25.get_or_build_index(ds.passages, index_dir, **_build_params(cfg))
     if cfg.output:
         output = Path(cfg.output)
-        if ds.kind == "qrels":
+        if ds.has_qrels:
             from dpr.data.beir import check_qrels_corpus
 
             check_qrels_corpus(ds.qrels(cfg.split), ds.passages)

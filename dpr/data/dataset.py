@@ -78,6 +78,12 @@ class DatasetPaths:
             raise DataError(self.meta, f"expected 'qa' or 'qrels', got {kind!r}", field="kind")
         return kind
 
+    @property
+    def has_qrels(self) -> bool:
+        """Whether this is qrels data (queries + graded judgements, scored by nDCG) rather than QA data
+        (questions + answer strings, scored by top-k answer match)."""
+        return self.kind == "qrels"
+
     def exists(self) -> bool:
         return self.root.is_dir()
 

@@ -41,7 +41,7 @@ def read_split_queries(queries_path: str | Path, qrels_path: str | Path | None =
 def split_questions(ds: Any, split: str) -> dict[str, Path]:
     """The question file(s) of one split of a prepared dataset (`dpr.data.dataset.DatasetPaths`):
     ``queries`` + ``qrels`` for qrels data, else ``qa`` (``<split>.qa.tsv``, else ``<split>.json``)."""
-    if ds.kind == "qrels":
+    if ds.has_qrels:
         return {"queries_path": Path(ds.queries), "qrels_path": Path(ds.qrels(split))}
     qa = Path(ds.qa(split))
     if not qa.is_file() and (Path(ds.root) / f"{split}.json").is_file():

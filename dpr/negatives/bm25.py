@@ -109,7 +109,7 @@ def mine_dataset(
     if not force and mining_up_to_date(ds, index, num_negatives, depth):
         log.info("hard negatives in %s are up to date", ds.root)
         return json.loads((Path(ds.root) / MARKER_FILE).read_text(encoding="utf-8"))["stats"]
-    qrels = judged_from_dataset(ds) if ds.kind == "qrels" else None
+    qrels = judged_from_dataset(ds) if ds.has_qrels else None
     passages = PassageStore(ds.passages).ds
     all_stats: dict[str, dict[str, int]] = {}
     for split, path in files.items():

@@ -137,7 +137,7 @@ def remine_dataset(model_path: str | Path, index_path: str | Path, ds: Any, outp
         renamed = {"negatives" if k == "num_negatives" else k: v for k, v in settings.items()}
         config = dataclasses.replace(config or RemineConfig(), **renamed)
     examples = [ex for ex in read_retriever_json(train_file or ds.train) if ex["positive_ctxs"]]
-    judged = judged_from_dataset(ds) if ds.kind == "qrels" else None
+    judged = judged_from_dataset(ds) if ds.has_qrels else None
     mined, stats = remine_examples(model_path, index_path, examples, ds.passages, config=config, judged=judged,
                                    interleave=interleave, batch_size=batch_size)
     output = Path(output)

@@ -105,7 +105,7 @@ def run_teacher(cfg: DictConfig, ds: DatasetPaths, out: Path, stages: StageRunne
             lambda: train_cross_encoder(rcfg, ds.train, tout, dev=texts.records(bm25_dev),
                                         dev_qrels=dev_qrels(ds, "dev"), overwrite=True),
             outputs=[teacher_dir / "cross_encoder.json"],
-            inputs=[ds.train, bm25_dev, *texts.inputs(), *([ds.qrels("dev")] if ds.kind == "qrels" else [])],
+            inputs=[ds.train, bm25_dev, *texts.inputs(), *([ds.qrels("dev")] if ds.has_qrels else [])],
             params={"rerank": rcfg.as_dict()},
         )
     notes: dict = {"cross_encoder": str(teacher_dir), "trained_here": not tcfg.model, "distilled": tcfg.distill,

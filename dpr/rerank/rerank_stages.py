@@ -42,7 +42,7 @@ def stage_config(cfg: DictConfig) -> TeacherStageConfig:
 
 def dev_qrels(ds: DatasetPaths, split: str) -> dict | None:
     """The qrels of ``split`` on qrels data; None on QA data (answers judge the lists)."""
-    if ds.kind != "qrels":
+    if not ds.has_qrels:
         return None
     from dpr.data.beir import read_qrels
 
@@ -63,7 +63,7 @@ class StageTexts:
         return first_stage_records(path, self._q, self._p)
 
     def inputs(self) -> list[Path]:
-        return [self.ds.queries, self.ds.passages] if self.ds.kind == "qrels" else []
+        return [self.ds.queries, self.ds.passages] if self.ds.has_qrels else []
 
 
 @dataclass
@@ -79,7 +79,7 @@ class _Reranking:
 
     @property
     def qrels_data(self) -> bool:
-        return self.ds.kind == "qrels"
+        return self.ds.has_qrels
 
     @property
     def metric(self) -> str:
