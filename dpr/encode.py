@@ -1,11 +1,11 @@
 """Sharded, resumable passage encoding: ``passages.tsv`` → embedding shards (`dpr.index.shards` format).
 
-Shard ``i`` of ``n`` is a contiguous passage range (``shard_range``). Passages are read from the
-memory-mapped Arrow copy of the TSV (`load_passages`) one chunk at a time, so memory holds one chunk
-of text and one batch of activations however big the corpus; vectors go straight into a
-memory-mapped temp ``.npy``. Within a chunk, batches are length-sorted and padded only to their
-longest passage (`dpr.models.iter_encode_batches`), under inference mode with bf16 autocast where
-the hardware has it.
+Shard ``i`` of ``n`` is a contiguous passage range (``shard_range``). Passages are read from the Arrow copy of
+the TSV (`load_passages`) a chunk at a time with ``read()``, not through its memory map (`dpr.data.passage_chunks`),
+and each chunk's vectors are written at their rows of a temp ``.npy`` with ``pwrite`` (`dpr.index.shard_alloc`), so
+the process holds one chunk of text and vectors and one batch of activations however big the corpus: no page of
+either file stays resident in it. Within a chunk, batches are length-sorted and padded only to their longest passage
+(`dpr.models.iter_encode_batches`), under inference mode with bf16 autocast where the hardware has it.
 
 Runtime: ``runtime=auto`` (default: ``onnx`` where the encode runs in fp32 on an AVX-512 CPU, else torch), ``torch`` or ``onnx`` (`dpr.models.onnx_runtime`: the passage tower exported
 once, cached by the model's fingerprint, run by ONNX Runtime on the CPU in fp32).
@@ -41,7 +41,7 @@ from dpr.checks import INT32_MAX, MAX_BATCH, MAX_SHARDS, check_int, check_max_le
 from dpr.encode_config import EncodeConfig
 from dpr.index.shard_manifest import (common_manifest, expected_manifest, is_finished, refuse_mixed, remove_other_runs,
                                       remove_temps)
-from dpr.index.shard_alloc import open_vectors, reserve_space  # noqa: F401 - reserve_space: dpr.encode's API
+from dpr.index.shard_alloc import VectorWriter, reserve_space  # noqa: F401 - reserve_space: dpr.encode's API
 from dpr.index.shards import ShardFiles, commit_shard, shard_range, shards_for_rank
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,7 @@ def encode_corpus(
     each vector's first ``dim`` coordinates, re-normalised for a cosine model (null or the model's size: the full
     vectors; larger: one line before any work; recorded as ``truncate_dim``, a resume with another is refused).
     """
+    from dpr.data.passage_chunks import passage_source
     from dpr.data.passages import load_passages
 
     settings = _resolve_settings(EncodeConfig() if config is None else config, model_path, num_shards, shard_id)
@@ -126,17 +127,18 @@ def encode_corpus(
     refuse_mixed(out, int(num_shards), {"weights": settings.weights, "compile": settings.compile,
                                         "truncate_dim": settings.truncate_dim})
     passages_path = Path(passages_path)
-    ds = load_passages(passages_path, cache_dir=cache_dir)
+    # the Arrow file's name and row count; the memory-mapped dataset itself is let go (its pages would stay resident)
+    source = passage_source(load_passages(passages_path, cache_dir=cache_dir))
     cfg = settings.cfg
-    common = common_manifest(model_path, passages_path, len(ds), cfg.dtype, cfg.max_length, settings.quantize,
+    common = common_manifest(model_path, passages_path, source.rows, cfg.dtype, cfg.max_length, settings.quantize,
                              settings.runtime, settings.weights, settings.compile, settings.truncate_dim)
-    pending = _pending_shards(out, todo_ids, len(ds), num_shards, common)
+    pending = _pending_shards(out, todo_ids, source.rows, num_shards, common)
     if not pending:
         log.info("all %d assigned shard(s) already encoded in %s", len(todo_ids), out)
         return out
     encoder = _load_encoder(model_path, settings, common["model_fingerprint"], cache_dir)
     for shard in pending:
-        _encode_shard(ds, encoder, shard, num_shards, progress)
+        _encode_shard(source, encoder, shard, num_shards, progress)
     return out
 
 
@@ -269,8 +271,11 @@ def _load_encoder(model_path: str | Path, s: _Settings, fingerprint: str, cache_
                     {"model_dim": model_size} if s.truncate_dim else {})  # the full size, beside a truncated one
 
 
-def _encode_shard(ds: Any, enc: _Encoder, shard: _Shard, num_shards: int, progress: bool) -> None:
-    """Encode one shard's passages into temp files, renamed into place with the manifest last (`commit_shard`)."""
+def _encode_shard(source: Any, enc: _Encoder, shard: _Shard, num_shards: int, progress: bool) -> None:
+    """Encode one shard's passages (rows of ``source``, a `dpr.data.passage_chunks.PassageSource`) into temp files,
+    renamed into place with the manifest last (`commit_shard`)."""
+    from dpr.data.passage_chunks import iter_chunks
+
     i, start, end, files = shard.i, shard.start, shard.end, shard.files
     remove_temps(files)  # leftovers of a killed run: never reused, never mistaken for output
     files.manifest.unlink(missing_ok=True)  # an outdated shard stops counting as finished right away
@@ -278,21 +283,18 @@ def _encode_shard(ds: Any, enc: _Encoder, shard: _Shard, num_shards: int, progre
     tmp_ids = files.directory / f".{files.stem}.ids.txt.tmp"
     count = end - start
     t0 = time.perf_counter()
-    vectors = open_vectors(tmp_vectors, count, enc.dim, np.dtype(enc.dtype), i)
-    with open(tmp_ids, "w", encoding="utf-8") as ids_f, tqdm(
-        total=count, desc=f"encode shard {i}/{num_shards}", unit="psg", disable=not progress
-    ) as bar:
-        for a in range(start, end, enc.chunk_size):
-            b = min(a + enc.chunk_size, end)
-            rows = ds[a:b]
+    with VectorWriter(tmp_vectors, count, enc.dim, np.dtype(enc.dtype), i) as vectors, \
+            open(tmp_ids, "w", encoding="utf-8") as ids_f, \
+            tqdm(total=count, desc=f"encode shard {i}/{num_shards}", unit="psg", disable=not progress) as bar:
+        for a, rows in iter_chunks(source, start, end, enc.chunk_size):
+            b = a + len(rows["id"])
             for pid in rows["id"]:
                 ids_f.write(pid + "\n")
+            chunk = np.zeros((b - a, enc.dim), dtype=np.dtype(enc.dtype))  # the chunk's rows, written at once
             for pos, arr in _encode_chunk(enc, rows, i, a, b):
-                vectors[np.asarray(pos) + (a - start)] = arr
+                chunk[np.asarray(pos)] = arr
                 bar.update(len(pos))
-    if vectors is not None:
-        vectors.flush()
-        del vectors
+            vectors.write(a - start, chunk)
     seconds = time.perf_counter() - t0
     manifest = {**shard.expected, "dim": enc.dim, **enc.sizes, "normalized": enc.normalized,
                 "seconds": round(seconds, 2),
