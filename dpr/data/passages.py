@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 from dpr.atomic import atomic_path
 from dpr.data._io import iter_lines
 from dpr.data._tsv import clean_field, unquote_field
+from dpr.data.unique_ids import UniqueIds
 from dpr.errors import DataError
 
 if TYPE_CHECKING:  # datasets is slow to import; only load_passages needs it
@@ -27,12 +28,13 @@ def iter_passages(path: str | Path, check_unique: bool = True) -> Iterator[dict]
     """Yield ``{"id", "text", "title"}`` per passage, validating as it goes.
 
     Rejected with a `DataError` (file, line, field): a header other than ``id, text, title``, a line
-    without exactly three tab-separated fields, an empty id or text, a duplicate id (kept in a set of
-    ids; pass ``check_unique=False`` to skip that memory for a huge trusted corpus), non-UTF-8 bytes.
+    without exactly three tab-separated fields, an empty id or text, a duplicate id
+    (`dpr.data.unique_ids`: 8 bytes an id, the repeat of an id from more than 65,536 lines earlier found
+    within 65,536 lines of it; ``check_unique=False`` skips it for a trusted corpus), non-UTF-8 bytes.
     Titles may be empty. CRLF line endings are accepted.
     """
     path = Path(path)
-    seen: set[str] = set()
+    unique = UniqueIds(path) if check_unique else None
     lines = iter_lines(path)
     first = next(lines, None)
     if first is None:
@@ -51,11 +53,11 @@ def iter_passages(path: str | Path, check_unique: bool = True) -> Iterator[dict]
             raise DataError(path, "empty", line=lineno, field="id")
         if not text.strip():
             raise DataError(path, f"empty text for passage {pid!r}", line=lineno, field="text")
-        if check_unique:
-            if pid in seen:
-                raise DataError(path, f"duplicate passage id {pid!r}", line=lineno, field="id")
-            seen.add(pid)
+        if unique is not None:
+            unique.add(pid, lineno)
         yield {"id": pid, "text": text, "title": title}
+    if unique is not None:
+        unique.finish()
 
 
 def write_passages(path: str | Path, rows: Iterable[Mapping[str, str] | tuple[str, str, str]]) -> int:
