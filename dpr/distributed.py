@@ -238,6 +238,35 @@ def all_gather_with_grad(t: torch.Tensor, sizes: Sequence[int] | None = None) ->
     return _AllGatherWithGrad.apply(t, list(sizes))
 
 
+def comm_device() -> torch.device:
+    """Where a collective's tensors live: this rank's GPU under nccl, else the CPU (gloo's all-to-all takes CPU
+    tensors only)."""
+    if is_distributed() and dist.get_backend() == "nccl":
+        return device()
+    return torch.device("cpu")
+
+
+def all_to_all_rows(chunks: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Send ``chunks[r]`` to rank ``r``; return what every rank sent here, in rank order, on the CPU.
+
+    Chunks may differ in rows (dim 0), not in dtype or trailing shape, on any rank. Two all-to-alls
+    (``all_to_all_single``, which nccl and gloo both run with uneven splits): the row counts, then the rows.
+    Not distributed: ``[chunks[0]]``.
+    """
+    if not is_distributed():
+        return [chunks[0]]
+    if len(chunks) != world_size():
+        raise ValueError(f"{len(chunks)} chunks for {world_size()} ranks")
+    dev = comm_device()
+    send_counts = torch.tensor([c.shape[0] for c in chunks], dtype=torch.long, device=dev)
+    recv_counts = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts)
+    send = torch.cat([c.to(dev) for c in chunks]).contiguous()
+    recv = send.new_empty((int(recv_counts.sum()), *send.shape[1:]))
+    dist.all_to_all_single(recv, send, recv_counts.tolist(), send_counts.tolist())
+    return list(recv.cpu().split(recv_counts.tolist()))
+
+
 def cleanup() -> None:
     """Leave the process group (end of a run)."""
     if dist.is_available() and dist.is_initialized():

@@ -11,6 +11,9 @@ Two uses, one class:
   towers);
 - *two-tower steps with corpus negatives*: a second loss term against the cached corpus alone (its
   targets the cached copies of the positives), beside the in-batch term (see dpr.training.steps).
+
+Under DDP a sample (``train.corpus_sample``) searched by FAISS top-k is held in slices, each rank the vectors it
+encoded (:attr:`CorpusNegatives.sharded`, dpr/training/corpus_slices.py); otherwise every rank holds every vector.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 
 from dpr.eval.has_answer import has_answer
 from dpr.losses import PairMasks
+from dpr.training.corpus_slices import fetch_rows, sharded_topk, slice_rows
 from dpr.training.masks import CorpusAnswers, pair_masks
 
 log = logging.getLogger(__name__)
@@ -49,11 +53,13 @@ class CorpusNegatives:
         self.positions = None if positions is None else np.asarray(positions, dtype=np.int64)
         # whether checkpoints keep the vectors (a sample's are re-encoded on resume: checkpoints never hold a corpus)
         self.checkpointed = checkpointed
+        # False: every rank holds (gathers) every vector even where slices apply (:attr:`sharded`); set before vectors
+        self.slicing = True
         self.row = {pid: j for j, pid in enumerate(self.ids)}
         self.max_corpus, self.topk = int(max_corpus), int(topk)
         self.multi_positive, self.mask_answers = multi_positive, mask_answers
         self.teacher = teacher  # fills masks.teacher for distillation losses
-        self.vectors: torch.Tensor | None = None
+        self.vectors: torch.Tensor | None = None  # every row's, or when sharded this rank's slice's (my_rows)
         self.version = -1  # optimizer step the vectors were encoded at
         self._answers: CorpusAnswers | None = None
         self._answer_rows: dict[tuple, list[int]] = {}
@@ -66,6 +72,15 @@ class CorpusNegatives:
     def whole_corpus(self) -> bool:
         return len(self.ids) <= self.max_corpus
 
+    @property
+    def sharded(self) -> bool:
+        """Each rank keeps only its slice's vectors (:meth:`my_rows`) and searches it for every rank's questions:
+        under DDP with a sample and FAISS top-k candidates (the whole corpus as candidates needs every vector)."""
+        from dpr import distributed as dist
+
+        return (self.slicing and self.positions is not None and dist.is_distributed()
+                and not self.whole_corpus)
+
     def of_file(self, vectors: torch.Tensor) -> torch.Tensor:
         """These passages' rows of ``vectors`` of the whole passages file in file order (e.g. the start vectors)."""
         if self.positions is None:
@@ -76,11 +91,24 @@ class CorpusNegatives:
         return vectors[torch.from_numpy(self.positions)]
 
     def set_vectors(self, vectors: torch.Tensor, step: int) -> None:
+        """Every row's vectors, encoded at optimizer step ``step`` (when sharded, this rank keeps its slice's)."""
         if vectors.shape[0] != len(self.ids):
             raise ValueError(f"{vectors.shape[0]} vectors for a corpus of {len(self.ids)} passages")
+        if self.sharded:
+            mine = self.my_rows()
+            vectors = vectors[mine.start::mine.step]
+        self._keep(vectors, step)
+
+    def _keep(self, vectors: torch.Tensor, step: int) -> None:
         self.vectors = vectors.detach().float().cpu().contiguous()
         self.version = int(step)
         self._index = None
+
+    def whole_vectors(self) -> torch.Tensor | None:
+        """Every row's vectors in row order (when sharded, gathered from the ranks: every rank calls this)."""
+        if self.vectors is None or not self.sharded:
+            return self.vectors
+        return self._gather_shards(self.vectors)
 
     @torch.no_grad()
     def refresh(self, model, tokenizer, *, step: int, batch_size: int, max_length: int, autocast: str,
@@ -101,16 +129,20 @@ class CorpusNegatives:
             vecs = encode_texts(model, tokenizer, texts, "passage", options, titles=titles)
         finally:
             model.train(was_training)
-        self.set_vectors(self._gather_shards(vecs), step)
+        if self.sharded:
+            self._keep(vecs, step)
+        else:
+            self.set_vectors(self._gather_shards(vecs), step)
 
     def my_rows(self) -> range:
         """The rows this process encodes: a sample's (train.corpus_sample) are shared out, row ``i`` to rank
-        ``i mod world size``, then gathered; the whole corpus is encoded by every rank, as always."""
+        ``i mod world size``, then gathered (or, when :attr:`sharded`, kept); the whole corpus is encoded by every
+        rank, as always."""
         from dpr import distributed as dist
 
         if self.positions is None or not dist.is_distributed():
             return range(len(self.ids))
-        return range(dist.rank(), len(self.ids), dist.world_size())
+        return slice_rows(len(self.ids), dist.rank(), dist.world_size())
 
     def _gather_shards(self, vecs: torch.Tensor) -> torch.Tensor:
         """Every rank's share of the vectors (:meth:`my_rows`) back in row order."""
@@ -136,16 +168,25 @@ class CorpusNegatives:
         return self._answer_rows[key]
 
     def candidates(self, q: torch.Tensor) -> torch.Tensor:
-        """Corpus rows to score for these questions: all of them, or the union of their top-k."""
+        """Corpus rows to score for these questions: all of them, or the union of their top-k (when sharded,
+        merged over every rank's slice: every rank calls this once per step)."""
         if self.whole_corpus:
             return torch.arange(len(self.ids))
+        k = min(self.topk, len(self.ids))
+        if self.sharded:
+            idx = sharded_topk(self._faiss(), q, k)
+        else:
+            _, idx = self._faiss().search(q.detach().float().cpu().numpy(), k)
+        return torch.from_numpy(np.unique(idx[idx >= 0]))
+
+    def _faiss(self):
+        """A FAISS inner-product index over the vectors held here (built once per encoding)."""
         import faiss
 
         if self._index is None:
             self._index = faiss.IndexFlatIP(self.vectors.shape[1])
             self._index.add(self.vectors.numpy())
-        _, idx = self._index.search(q.detach().float().cpu().numpy(), min(self.topk, len(self.ids)))
-        return torch.from_numpy(np.unique(idx[idx >= 0]))
+        return self._index
 
     def extra(self, q: torch.Tensor, questions: Sequence[dict]) -> Candidates:
         """The corpus candidates of these questions (see :class:`Candidates`): each question's positives
@@ -156,6 +197,8 @@ class CorpusNegatives:
         if not self.whole_corpus:
             need = {self.row[pid] for qu in questions for pid in qu["positive_ids"] if pid in self.row}
             rows = torch.from_numpy(np.union1d(rows.numpy(), np.fromiter(need, dtype=np.int64)))
+        # sharded: every rank fetches before anything below can raise (a rank that left would hang the others)
+        vectors = fetch_rows(self.vectors, rows.numpy()) if self.sharded else self.vectors[rows]
         row_list = rows.tolist()
         col = {r: c for c, r in enumerate(row_list)}
         ids = [self.ids[r] for r in row_list]
@@ -175,4 +218,4 @@ class CorpusNegatives:
                            mask_answers=self.mask_answers, answer_rows=answer_cols)
         if self.teacher is not None:
             masks.teacher = self.teacher.scores([qu["question"] for qu in questions], ids)
-        return Candidates(self.vectors[rows], ids, masks, targets)
+        return Candidates(vectors, ids, masks, targets)

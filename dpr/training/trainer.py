@@ -269,7 +269,7 @@ class Trainer:
     def validate(self) -> None:
         self.flush_checks()
         st = self.state
-        known = self.corpus.vectors if self._passages_unchanged() else None
+        known = self.corpus.whole_vectors() if self._passages_unchanged() else None
         if known is None and st.step == 0 and self.start_vectors is not None and self.validator.corpus is not None:
             known = self.start_vectors
         metrics, corpus_vectors = self.validator(self.model, passage_vectors=known)
