@@ -10,11 +10,12 @@ inner-product index over them: ``n / W`` rows each instead of ``n`` on every ran
 4. each rank asks the owners of its candidates (the union of its questions' top-k and positives) for their vectors
    (:func:`fetch_rows`).
 
-What is guaranteed: the merged top-k is the k best rows of the whole sample by score, ties by the smaller row, so it
-does not depend on the number of ranks. A search over the whole set in one index picks the same rows except where two
-passages' float32 scores tie at a question's k-th place (FAISS keeps either), or where the two searches round one
-score differently (FAISS scores a batch of 20+ questions with BLAS, fewer one by one); then the candidates, their
-vectors (exact copies), masks and targets, hence the loss and gradients, are the same as with every vector on every rank.
+What is guaranteed: each question gets k rows whose scores are the k best scores of the whole sample, ordered by
+score, equal scores by the smaller row. The rows are those a search over the whole
+sample in one index picks except among passages whose float32 scores tie (or round differently: FAISS scores a batch
+of 20+ questions with BLAS, fewer one by one) at a question's k-th place, of which each index keeps any. Without such
+ties the candidates, their vectors (exact copies), masks and targets, hence the loss and gradients, are those of
+training with every vector on every rank.
 """
 
 from __future__ import annotations

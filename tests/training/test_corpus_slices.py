@@ -80,6 +80,28 @@ def test_slices_searched_with_faiss_and_merged_match_one_index():
     np.testing.assert_array_equal(merged, expect)  # continuous scores: no ties, the same order
 
 
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), world=st.integers(1, 4), k=st.integers(1, 10), nq=st.sampled_from([1, 3, 24]),
+       seed=st.integers(0, 2**31 - 1))
+def test_slices_keep_the_whole_sets_top_k_scores_under_ties(n, world, k, nq, seed):
+    import faiss
+
+    rng = np.random.default_rng(seed)
+    vectors = rng.integers(-1, 2, size=(n, 3)).astype(np.float32)  # small integers: exact scores, many ties
+    q = rng.integers(-1, 2, size=(nq, 3)).astype(np.float32)
+    k = min(k, n)
+    parts = []
+    for r in range(world):
+        index = faiss.IndexFlatIP(3)
+        index.add(vectors[r::world])
+        parts.append(search_slice(index, q, k, r, world))
+    both = np.concatenate(parts, axis=1)
+    merged = merge_topk(both[..., 0], both[..., 1].astype(np.int64), k)
+    exact = q @ vectors.T
+    assert (merged >= 0).all() and all(len(set(row)) == k for row in merged.tolist())
+    np.testing.assert_array_equal(np.take_along_axis(exact, merged, axis=1), -np.sort(-exact, axis=1)[:, :k])
+
+
 def test_a_slice_smaller_than_k_is_padded():
     import faiss
 
