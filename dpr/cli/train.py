@@ -66,7 +66,11 @@ OmegaConf.register_new_resolver("dpr_sweep_subdir", sweep_subdir, replace=True)
 
 
 class SweepSummaryCallback(Callback):
-    """After a multirun: one table of overrides × final metrics at the sweep directory."""
+    """After a multirun: one table of overrides × final metrics at the sweep directory. Before it: what the sweep
+    directory holds (`dpr.cli.hydra_staging.note_sweep`: a refused job removes only what Hydra made for it)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        hydra_staging.note_sweep(config.hydra.sweep.dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         from dpr.training.sweep import write_sweep_summary
@@ -183,16 +187,16 @@ def _quiet_nonzero_rank(argv: list[str], stage: bool = False) -> list[str]:
 
     torchrun ranks > 0: no run dir, no ``.hydra/``, console logging only (rank 0 writes the outputs).
     Rank 0 of a single run: Hydra's log and ``.hydra/`` go to a staging directory outside the run directory,
-    moved in once the run's checks pass (`dpr.cli.hydra_staging`); of a sweep: each job's ``.hydra/`` goes to
-    ``.hydra.pending/`` first, committed the same way (`dpr.run_dir`); unless the user chose Hydra's logging or
-    ``hydra.output_subdir`` themselves. ``stage``: False for a command line Hydra only prints (``--cfg``...).
+    moved in once the run's checks pass (`dpr.cli.hydra_staging`); of a sweep: each job's log is staged the same
+    way and its ``.hydra/`` goes to ``.hydra.pending/`` first, committed the same way (`dpr.run_dir`); unless the
+    user chose Hydra's logging or ``hydra.output_subdir`` themselves. ``stage``: False for a command line Hydra only prints (``--cfg``...).
     """
     if int(os.environ.get("RANK", "0")) == 0:
         from dpr.run_dir import pending_hydra_name
 
         overrides, flags = split_argv(argv[1:])
         staged = hydra_staging.stage_overrides(overrides, flags) if stage else None
-        return hydra_argv(argv, staged or {"hydra.output_subdir": pending_hydra_name()})
+        return hydra_argv(argv, {"hydra.output_subdir": pending_hydra_name(), **(staged or {})})
     return hydra_argv(argv, {"hydra.run.dir": ".", "hydra.output_subdir": "null", "hydra/job_logging": "stdout"})
 
 

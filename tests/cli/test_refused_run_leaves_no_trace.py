@@ -104,7 +104,11 @@ def test_dpr_train_log_and_hydra_dir_arrive_once_the_checks_pass(tiny_model_dir,
 
 def test_staging_is_kept_off_where_the_user_chose_hydras_placement(tmp_path):
     assert hydra_staging.applies(["output_dir=x"], [])
-    assert not hydra_staging.applies(["output_dir=x"], ["-m"])
+    assert hydra_staging.applies(["output_dir=x"], ["-m"])  # a sweep's job logs are staged too
+    assert not hydra_staging.applies(["hydra.mode=MULTIRUN"], [])
+    assert not hydra_staging.applies(["hydra/launcher=submitit_local"], ["-m"])  # its jobs: processes of their own
+    assert not hydra_staging.applies(["+hydra.launcher.n_jobs=2"], ["--multirun"])
+    assert hydra_staging.applies(["hydra/launcher=submitit_local"], [])  # a single run has no launcher
     assert not hydra_staging.applies(["hydra/job_logging=stdout"], [])
     assert not hydra_staging.applies(["hydra.output_subdir=null"], [])
     assert not hydra_staging.applies(["hydra.job_logging.root.level=DEBUG"], [])

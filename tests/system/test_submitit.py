@@ -46,6 +46,7 @@ def test_train_sweep_through_submitit(tiny_model_dir, tiny_data_dir, tmp_path):
     assert lrs == [1e-3, 2e-3]
     for s in summaries:
         assert json.loads(s.read_text())["steps"] == 2 and (s.parent / "question_encoder").is_dir()
+        assert "done:" in (s.parent / "train.log").read_text()  # each job's log where Hydra's launcher put it
     logs = list((sweep / ".submitit").glob("*/*_log.out"))
     assert len(logs) == 2  # each job ran as its own submitit process
     assert (sweep / "sweep_summary.md").is_file()  # the sweep's callback saw both jobs
