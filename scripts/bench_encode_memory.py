@@ -6,8 +6,8 @@ this checkout and a peer checkout (an earlier commit's worktree) measured in the
     nice .venv/bin/python scripts/bench_encode_memory.py --passages a_200k.tsv b_1m.tsv \
         --peer /tmp/peer --json runs/encode_memory.json [--num-shards 10 --shard-id 0]
 
-For every corpus and checkout, a fresh process first builds the passages' Arrow copy (`load_passages`, its own
-cache directory per checkout), then another fresh process runs ``encode_corpus`` with the tiny random model of the
+For every corpus and checkout, a fresh process first builds the passages' Arrow copy (`load_passages`, from an
+empty cache directory of the checkout's own; its peaks are recorded as ``build``), then another fresh process runs ``encode_corpus`` with the tiny random model of the
 scale scripts (`scale_synth.tiny_model`: 2 layers, 32 dims) and the default `EncodeConfig`, while a thread samples
 ``/proc/self/status`` every 20 ms. Recorded per run: the peaks of VmRSS (all resident memory), RssAnon (heap,
 tensors) and RssFile (pages of memory-mapped files: the Arrow copy, the vector shard) during the call, their values
@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import threading
@@ -107,8 +108,12 @@ def run_child(args: argparse.Namespace) -> None:
     from dpr.encode import encode_corpus
     from dpr.encode_config import EncodeConfig
 
-    if args.prepare:
-        print(json.dumps({"passages": len(load_passages(passages, cache_dir=args.cache))}))
+    if args.prepare:  # the Arrow copy's build (from_generator over iter_passages), from an empty cache
+        before = status_bytes()
+        c0 = _cpu_s()
+        with Peaks() as peaks:
+            n = len(load_passages(passages, cache_dir=args.cache))
+        print(json.dumps({"passages": n, "before": before, "peak": peaks.peak, "cpu_s": round(_cpu_s() - c0, 1)}))
         return
     import torch  # noqa: F401 - the fixed cost of the libraries is in ``before``, not in the growth
     import transformers  # noqa: F401
@@ -137,11 +142,17 @@ def measure(args: argparse.Namespace, label: str, repo: Path, passages: Path) ->
     """Build the Arrow copy, then encode, each in a fresh process; the encode's figures."""
     cache = args.work / f"cache_{label}"
     out = args.work / f"out_{label}_{passages.stem}"
-    if out.exists():
-        for p in out.iterdir():
-            p.unlink()
-    total = _child(args, repo, passages, cache, out, prepare=True)["passages"]
+    for old in (out, cache):  # a fresh encode, from a fresh Arrow copy
+        if old.exists():
+            shutil.rmtree(old)
+    build = _child(args, repo, passages, cache, out, prepare=True)
+    total = build.pop("passages")
+    if args.build_only:
+        print(f"{label} {passages.name}: Arrow copy of {total} passages; peak GiB "
+              f"{ {k: round(v / 2 ** 30, 3) for k, v in build['peak'].items()} }", flush=True)
+        return {"passages": total, "encoded": total, "build": build, "peak": build["peak"], "files": {}}
     result = _child(args, repo, passages, cache, out, prepare=False)
+    result["build"] = build
     a = args.shard_id * total // args.num_shards
     b = (args.shard_id + 1) * total // args.num_shards
     result.update(passages=total, encoded=b - a)
@@ -179,6 +190,7 @@ def main() -> None:
     ap.add_argument("--num-shards", type=whole(1), default=1)
     ap.add_argument("--shard-id", type=whole(0), default=0)
     ap.add_argument("--target", type=whole(1), default=5_000_000)
+    ap.add_argument("--build-only", action="store_true", help="measure only the Arrow copy's build (peak = build)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--repo", type=Path, default=REPO, help=argparse.SUPPRESS)

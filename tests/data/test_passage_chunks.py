@@ -54,7 +54,7 @@ def test_chunks_read_from_the_file_are_the_slices_of_the_dataset(n, batch_rows, 
     with tempfile.TemporaryDirectory() as tmp:
         ds = _arrow_dataset(Path(tmp), _rows(n, texts), batch_rows)
         source = passage_source(ds)
-        assert source.arrow_file is not None and source.dataset is None and source.rows == n
+        assert len(source.arrow_files) == 1 and source.dataset is None and source.rows == n
         _assert_like_slices(ds, _chunks(source, start, end, size), start, end, size)
 
 
@@ -63,19 +63,29 @@ def test_load_passages_is_read_from_its_arrow_file(tmp_path):
     write_passages(tmp_path / "p.tsv", rows)
     ds = load_passages(tmp_path / "p.tsv", cache_dir=tmp_path / "cache")
     source = passage_source(ds)
-    assert source.arrow_file == Path(ds.cache_files[0]["filename"]) and source.rows == 2500
+    assert source.arrow_files == (Path(ds.cache_files[0]["filename"]),) and source.rows == 2500
     chunks = _chunks(source, 700, 2500, 512)
     _assert_like_slices(ds, chunks, 700, 2500, 512)
     assert [r for _, c in chunks for r in c["id"]] == [f"id{i}" for i in range(700, 2500)]
 
 
+def test_a_corpus_past_the_shard_size_is_read_from_its_files_in_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "MAX_SHARD_SIZE", "20KB")  # datasets' 500MB, ~1M passages, made small
+    write_passages(tmp_path / "p.tsv", [(f"id{i}", f"text {i} " * 5, "") for i in range(3000)])
+    ds = load_passages(tmp_path / "p.tsv", cache_dir=tmp_path / "cache")
+    source = passage_source(ds)
+    assert len(source.arrow_files) > 1 and source.arrow_files == tuple(Path(f["filename"]) for f in ds.cache_files)
+    _assert_like_slices(ds, _chunks(source, 10, 2990, 700), 10, 2990, 700)
+
+
 @pytest.mark.parametrize("derive", [lambda ds: ds.select(range(3, 40)),  # an index mapping on top of the file
                                     lambda ds: ds.map(lambda r: {"text": r["text"].upper()}, keep_in_memory=True),
-                                    lambda ds: datasets.Dataset.from_dict(ds[:], features=FEATURES)])  # in memory
-def test_a_dataset_that_is_not_one_plain_file_is_read_through_the_dataset(tmp_path, derive):
+                                    lambda ds: datasets.Dataset.from_dict(ds[:], features=FEATURES),  # in memory
+                                    lambda ds: datasets.concatenate_datasets([ds, ds.select(range(4))])])
+def test_a_dataset_that_is_not_plain_files_is_read_through_the_dataset(tmp_path, derive):
     ds = derive(_arrow_dataset(tmp_path, _rows(50, ["a", "b"]), 7))
     source = passage_source(ds)
-    assert source.arrow_file is None and source.dataset is ds
+    assert source.arrow_files == () and source.dataset is ds
     _assert_like_slices(ds, _chunks(source, 2, len(ds), 6), 2, len(ds), 6)
 
 
@@ -89,6 +99,6 @@ def test_a_range_outside_the_passages_or_a_bad_chunk_size_is_refused(tmp_path):
 
 def test_an_arrow_file_shorter_than_its_dataset_says_is_an_error_not_missing_rows(tmp_path):
     source = passage_source(_arrow_dataset(tmp_path, _rows(10, ["a"]), 4))
-    short = type(source)(12, source.arrow_file)  # a dataset of 12 rows over a file of 10
-    with pytest.raises(ValueError, match="holds 10 rows, fewer than 12"):
+    short = type(source)(12, source.arrow_files)  # a dataset of 12 rows over a file of 10
+    with pytest.raises(ValueError, match="hold 10 rows, fewer than 12"):
         _chunks(short, 0, 12, 5)
