@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from dpr.errors import describe_range
 
@@ -19,6 +19,24 @@ def strict_from_dict(cls: type[T], d: Mapping[str, Any], label: str) -> T:
     if unknown:
         raise ValueError(f"unknown {label} config keys {unknown}; known: {sorted(known)}")
     return cls(**dict(d))
+
+
+def check_known_keys(keys: Iterable[str], known: Sequence[str], owner: str) -> None:
+    """A TypeError, in one line naming every key of ``keys`` that is not in ``known`` and the known ones, where
+    any is not (as Python's for an unexpected keyword argument: the keys are a function's keyword settings)."""
+    unknown = sorted(set(keys) - set(known))
+    if unknown:
+        raise TypeError(f"{owner} got unknown setting(s) {', '.join(map(repr, unknown))}; the known ones are "
+                        f"{', '.join(known)}")
+
+
+def with_overrides(base: T, overrides: Mapping[str, Any], owner: str, known: Sequence[str] | None = None) -> T:
+    """The dataclass object ``base`` with ``overrides`` replaced: the one rule of the functions that take a settings
+    object and keyword settings overriding it (a typo is refused, never ignored). ``known``: the keys allowed
+    (default: every field of ``base``); ``owner`` names the function in the error (`check_known_keys`)."""
+    names = list(known) if known is not None else [f.name for f in dataclasses.fields(base)]  # type: ignore[arg-type]
+    check_known_keys(overrides, names, owner)
+    return dataclasses.replace(base, **overrides)  # type: ignore[type-var]
 
 
 def fields_from(cls: type[T], d: Mapping[str, Any]) -> T:

@@ -9,7 +9,6 @@ largest divisor ≤ dim/8, i.e. 48 for MiniLM's 384). Every numeric parameter is
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import re
@@ -23,6 +22,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dpr.checks import INT32_MAX, SEED_MAX, check_int, check_optional_int
+from dpr.config import with_overrides
 from dpr.index import gpu
 from dpr.index.factory import check_filled, parse_factory
 from dpr.index.shards import embeddings_info, gather_rows, iter_batches, list_shards
@@ -129,14 +129,9 @@ class BuildOptions:
 
     @classmethod
     def of(cls, options: "BuildOptions | None" = None, **settings: Any) -> "BuildOptions":
-        """``options`` (the defaults when None) with the keyword ``settings`` that are its fields replaced; other
-        keys (a config section's own, e.g. one the pipeline records beside them) are ignored."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unused = sorted(set(settings) - names)
-        if unused:
-            log.debug("build_index ignores %s", unused)
-        known = {key: value for key, value in settings.items() if key in names}
-        return dataclasses.replace(options or cls(), **known)
+        """``options`` (the defaults when None) with the keyword ``settings`` replaced, each one of its fields
+        (`dpr.config.with_overrides`: a TypeError naming any other and the fields)."""
+        return with_overrides(options or cls(), settings, "build_index()")
 
 
 def check_build_options(opts: BuildOptions) -> None:

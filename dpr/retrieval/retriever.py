@@ -16,7 +16,6 @@ pipeline's retrieval stages and the fusion of result files all go through these 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from dpr.retrieval.config import RetrieveConfig
 from dpr.retrieval.passages import PassageStore
 from dpr.checks import (INT32_MAX, MAX_BATCH, MAX_K, MAX_THREADS, check_int, check_max_length, check_optional_int,
                         check_questions)
+from dpr.config import with_overrides
 from dpr.errors import DataError
 
 if TYPE_CHECKING:
@@ -148,12 +148,8 @@ DENSE_OPTIONS = ("batch_size", "search_batch_size", "device", "autocast", "weigh
 
 def dense_config(config: RetrieveConfig | None, options: dict[str, Any]) -> RetrieveConfig:
     """``config`` (the defaults when None) with the keyword ``options`` replaced: each one of `DENSE_OPTIONS`
-    (a TypeError naming any other, as for an unknown keyword argument)."""
-    unknown = sorted(set(options) - set(DENSE_OPTIONS))
-    if unknown:
-        raise TypeError(f"DenseRetriever() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
-                        f"its options are {', '.join(DENSE_OPTIONS)}")
-    return dataclasses.replace(config or RetrieveConfig(), **options)
+    (`dpr.config.with_overrides`: a TypeError naming any other and the options)."""
+    return with_overrides(config or RetrieveConfig(), options, "DenseRetriever()", known=DENSE_OPTIONS)
 
 
 class BM25Retriever(Retriever):

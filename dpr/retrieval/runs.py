@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from dpr.checks import MAX_K, check_int
+from dpr.config import check_known_keys, with_overrides
 from dpr.data.questions import read_questions, read_split_queries, split_questions
 from dpr.retrieval import records
 from dpr.retrieval.config import RetrieveConfig
@@ -103,7 +104,7 @@ def dense_retrieve(
     BEIR data (``queries_path``, optionally ``qrels_path`` to keep that split's queries): a TREC run
     ``{qid: {docid: score}}``. Written to ``output`` when given; returned either way.
     """
-    cfg = _with_fields(config, options)
+    cfg = with_overrides(config or RetrieveConfig(), options, "dense_retrieve()")
     if (qa_path is None) == (queries_path is None):
         raise ValueError("give exactly one of qa (question/answers file) or queries (BEIR queries.jsonl)")
     if qa_path is not None and passages_path is None:
@@ -113,16 +114,6 @@ def dense_retrieve(
     log.info("retrieving top %d from %s (%d passages)", cfg.k, index_path, len(retriever.ids))
     return retrieve_to_file(retriever, output, cfg.k, qa_path=qa_path, queries_path=queries_path,
                             qrels_path=qrels_path, match=cfg.match)
-
-
-def _with_fields(config: RetrieveConfig | None, fields: dict[str, Any]) -> RetrieveConfig:
-    """``config`` (the defaults when None) with ``fields`` replaced; a TypeError naming a key that is no field."""
-    names = {f.name for f in dataclasses.fields(RetrieveConfig)}
-    unknown = sorted(set(fields) - names)
-    if unknown:
-        raise TypeError(f"unknown retrieval setting(s) {', '.join(map(repr, unknown))}; the settings are "
-                        "RetrieveConfig's fields")
-    return dataclasses.replace(config or RetrieveConfig(), **fields)
 
 
 def hybrid_retrieve(
@@ -145,9 +136,12 @@ def hybrid_retrieve(
     either may also be given as keywords (``fusion=``, ``weight=``, ``k=``, ``grid=``, ``metric_k=``,
     ``k_rrf=``...), which override them. Returns what was done (``weight`` and the tuning ``table`` for linear).
     """
-    hybrid_names = {f.name for f in dataclasses.fields(HybridConfig)}
-    how = dataclasses.replace(hybrid or HybridConfig(), **{n: v for n, v in fields.items() if n in hybrid_names})
-    cfg = _with_fields(config, {n: v for n, v in fields.items() if n not in hybrid_names})
+    hybrid_names = [f.name for f in dataclasses.fields(HybridConfig)]
+    check_known_keys(fields, [f.name for f in dataclasses.fields(RetrieveConfig)] + hybrid_names, "hybrid_retrieve()")
+    how = with_overrides(hybrid or HybridConfig(), {n: v for n, v in fields.items() if n in hybrid_names},
+                         "hybrid_retrieve()")
+    cfg = with_overrides(config or RetrieveConfig(), {n: v for n, v in fields.items() if n not in hybrid_names},
+                         "hybrid_retrieve()")
     fusion, weight, k = cfg.fusion, cfg.weight, cfg.k
     _check_fusion(fusion, weight, k, how)
     if fusion == "rrf":

@@ -1,6 +1,6 @@
 """`build_index` takes its settings whole (`BuildOptions`, the ``index`` section of dpr-index and dpr-pipeline): the
-same index as the same settings given as keywords, keywords overriding the object, a section's other keys ignored,
-and every setting checked before any shard is read."""
+same index as the same settings given as keywords, keywords overriding the object, any other key refused, and every
+setting checked before any shard is read."""
 
 from __future__ import annotations
 
@@ -34,11 +34,14 @@ def test_options_object_equals_keywords(emb):
     assert by_object.nprobe == by_keywords.nprobe == 3
 
 
-def test_keywords_override_the_object_and_other_keys_are_ignored(emb):
+def test_keywords_override_the_object_and_other_keys_are_refused(emb):
     root, _ = emb
-    index, _ = build_index(root, BuildOptions(factory="HNSW8", ef_search=9), ef_search=21, index_kind="hnsw")
+    index, _ = build_index(root, BuildOptions(factory="HNSW8", ef_search=9), ef_search=21)
     assert index.hnsw.efSearch == 21
-    assert BuildOptions.of(BuildOptions(metric="l2"), seed=3, unrelated=1) == BuildOptions(metric="l2", seed=3)
+    assert BuildOptions.of(BuildOptions(metric="l2"), seed=3) == BuildOptions(metric="l2", seed=3)
+    with pytest.raises(TypeError, match="build_index\\(\\) got unknown setting\\(s\\) 'index_kind'; the known "
+                       "ones are factory, metric"):
+        build_index(root, BuildOptions(factory="HNSW8"), index_kind="hnsw")
     with pytest.raises(dataclasses.FrozenInstanceError):
         BuildOptions().seed = 1  # type: ignore[misc]
 

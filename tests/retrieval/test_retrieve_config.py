@@ -20,7 +20,7 @@ def test_dense_options_override_the_config():
     assert (got.batch_size, got.nprobe, got.autocast, got.k) == (8, 9, "off", 5)
     assert dense_config(None, {}) == RetrieveConfig()
     assert set(DENSE_OPTIONS) < {f for f in RetrieveConfig.__dataclass_fields__}
-    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'k', 'nprob'; its options are batch_size"):
+    with pytest.raises(TypeError, match=r"unknown setting\(s\) 'k', 'nprob'; the known ones are batch_size"):
         dense_config(cfg, {"nprob": 1, "k": 3})
 
 
@@ -49,7 +49,7 @@ def test_dense_retrieve_config_equals_keywords(built, tiny_model_dir, tmp_path):
     assert by_object == by_keywords and all(len(r["ctxs"]) == 3 for r in by_object)
     overridden = dense_retrieve(tiny_model_dir, root / "index.faiss", psg, qa, None, cfg, k=2)
     assert all(len(r["ctxs"]) == 2 for r in overridden)
-    with pytest.raises(TypeError, match="unknown retrieval setting\\(s\\) 'kk'"):
+    with pytest.raises(TypeError, match="dense_retrieve\\(\\) got unknown setting\\(s\\) 'kk'"):
         dense_retrieve(tiny_model_dir, root / "index.faiss", psg, qa, None, cfg, kk=2)
 
 
@@ -62,5 +62,5 @@ def test_hybrid_takes_the_retrieve_config_whole(runs, tmp_path):  # noqa: F811 -
     assert all(len(r["ctxs"]) <= 2 for r in json.loads((tmp_path / "a.json").read_text()))
     info = hybrid_retrieve(bm25, dense, tmp_path / "c.json", config=RetrieveConfig(weight=0.5), fusion="rrf", k_rrf=5.0)
     assert info["fusion"] == "rrf" and info["k_rrf"] == 5.0
-    with pytest.raises(TypeError, match="unknown retrieval setting"):
+    with pytest.raises(TypeError, match="hybrid_retrieve\\(\\) got unknown setting\\(s\\) 'wieght'; the known ones"):
         hybrid_retrieve(bm25, dense, tmp_path / "d.json", weight=0.5, wieght=1.0)
