@@ -63,6 +63,8 @@ class BM25Index:
     meta: dict[str, Any] = field(default_factory=dict)
     shards: list[Shard] | None = None
     shard_root: Path | None = None
+    # the postings in the search kernels' form, with each term's largest weight (dpr.bm25.search; made on first use)
+    search_lists: list[Any] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -1,21 +1,22 @@
 """BM25 search: the top k passages of many queries at once over a `BM25Index`.
 
-The top k (`search_indices`) reads only the query terms' posting lists (`dpr.bm25.topk`), shard by shard
-for a sharded index, merging the shards' tops; batches of queries run on threads (numpy releases the GIL
-in the heavy parts), all cores unless told otherwise. `score_matrix` gives the dense scores of every
-passage, for callers that need them all (the BM25 teacher).
+The top k (`search_indices`) adds only the query terms' posting lists into a per-passage accumulator and
+picks the top from it without sorting (`dpr.bm25.kernels`, exact: the scores and order of the dense
+scoring), shard by shard for a sharded index, merging the shards' tops. The kernels are compiled and
+release the GIL, so batches of queries run on threads, all cores unless told otherwise. `score_matrix` gives the dense scores
+of every passage, for callers that need them all (the BM25 teacher).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
+from dpr.bm25 import kernels
 from dpr.bm25.index import BM25Index
-from dpr.bm25.topk import merge_top, shard_top
 from dpr.checks import MAX_K, check_int
 
 # Queries per batch (a thread's unit of work); a batch's memory is its results plus one shard's accumulator.
@@ -70,17 +71,60 @@ def score_texts(index: BM25Index, queries: Sequence[str]) -> np.ndarray:
     return score_matrix(index, _query_token_ids(index, queries))
 
 
+class _Lists(NamedTuple):
+    """One shard's postings as the kernels take them (read-only views: one compiled signature whether the
+    postings are memory-mapped or built in memory)."""
+
+    start: int
+    num_docs: int
+    data: np.ndarray  # float32 weights
+    indices: np.ndarray  # int32 rows (local to the shard), ascending within each list
+    indptr: np.ndarray  # int64 list bounds
+
+
+def _readonly(a: np.ndarray, dtype) -> np.ndarray:
+    view = np.ascontiguousarray(a, dtype=dtype).view()
+    view.flags.writeable = False
+    return view
+
+
+def _lists(index: BM25Index) -> list[_Lists]:
+    """The index's postings in the kernels' form (made once per index: one pass over the rows)."""
+    if index.search_lists is None:
+        made = []
+        for shard in index.postings():
+            p = shard.scores
+            data, indices = _readonly(p["data"], np.float32), _readonly(p["indices"], np.int32)
+            indptr = _readonly(p["indptr"], np.int64)
+            if not kernels.rows_ascend(indices, indptr):  # an index written by other tools: sort each list once
+                data, indices = (_readonly(a, a.dtype) for a in kernels.sort_lists(data, indices, indptr))
+            made.append(_Lists(shard.start, shard.num_docs, data, indices, indptr))
+        index.search_lists = made
+    return index.search_lists
+
+
 def _top_batch(index: BM25Index, token_ids: Sequence[Sequence[int]], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k rows and scores of a batch of tokenized queries: each shard's top from the query terms'
-    postings (`dpr.bm25.topk`), merged; passages sharing no term fill in row order."""
-    shards = index.postings()
-    acc = np.zeros(max(shard.num_docs for shard in shards), dtype=np.float64)
+    """Top-k rows and scores of a batch of tokenized queries: each shard's candidates (partial float32 scores),
+    those of the pool that can be in the top k, their exact scores, the top. The kernels release the GIL."""
+    lists = _lists(index)
+    q_ptr = np.zeros(len(token_ids) + 1, dtype=np.int64)
+    np.cumsum([len(t) for t in token_ids], out=q_ptr[1:])
+    q_terms = np.fromiter((t for toks in token_ids for t in toks), dtype=np.int64, count=int(q_ptr[-1]))
+    found = [kernels.shard_candidates(li.data, li.indices, li.indptr, li.num_docs, q_terms, q_ptr, k, li.start)
+             for li in lists]
+    counts = np.stack([f[0] for f in found])
+    cand_rows = [f[1] for f in found]
+    keep = kernels.pool_keep(counts, np.concatenate([f[2] for f in found]), k)
+    exact = np.zeros(len(keep), dtype=np.float32)
+    at = 0
+    for li, shard_counts, shard_rows in zip(lists, counts, cand_rows):
+        stop = at + len(shard_rows)
+        kernels.exact_scores(li.data, li.indices, li.indptr, q_terms, q_ptr, shard_counts, shard_rows,
+                             keep[at:stop], li.start, exact[at:stop])
+        at = stop
     rows = np.empty((len(token_ids), k), dtype=np.int64)
     scores = np.empty((len(token_ids), k), dtype=np.float32)
-    for q, terms in enumerate(token_ids):
-        terms = [int(t) for t in terms]
-        parts = [shard_top(shard.scores, shard.start, terms, k, acc) for shard in shards]
-        rows[q], scores[q] = merge_top(parts, k, len(index))
+    kernels.finish(counts, np.concatenate(cand_rows), exact, keep, rows, scores)
     return rows, scores
 
 
