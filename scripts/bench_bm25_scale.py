@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""BM25 at growing corpus sizes: build memory (sharded against one-shot), per-query CPU time (posting lists
-against dense scoring of every passage), and search throughput on 1 against 2 threads; growth laws and the
-projection to DPR's 21,015,324 Wikipedia passages.
+"""BM25 at growing corpus sizes: build memory (sharded against one-shot), per-query CPU time (the compiled
+top k of `dpr.bm25.search_indices` against dense scoring of every passage), and search throughput on 1
+against 2 threads; growth laws, the projection to DPR's 21,015,324 Wikipedia passages, and what mining NQ's
+training and dev questions would take there.
 
     nice .venv/bin/python scripts/bench_bm25_scale.py --sizes 200000,1000000 --json runs/bm25_scale.json
 
@@ -11,10 +12,14 @@ passages.tsv under ``--work``. Each build runs in its own process, from the file
 memory), and its peak is the anonymous RSS above the level before the build (`scale_stats.PeakRSS`;
 memory-mapped shard files are page cache, not counted). Queries: the dataset's real questions.
 
-- per-query CPU: ``time.process_time`` of one thread over ``--queries`` questions at ``--k``: the posting-list
-  search (`dpr.bm25.search_indices`) on the one-shot and on the sharded index, against the dense scoring it
-  replaces (every passage scored with ``np.bincount``, ``max(1, 2^19 // N)`` queries a batch, then
-  ``argpartition``), on the same index in the same run.
+- per-query CPU: ``time.process_time`` of one thread over ``--queries`` questions at ``--k``: the search
+  (`dpr.bm25.search_indices`: the query terms' postings added into a per-passage accumulator by compiled
+  loops, the top k picked from it; `dpr.bm25.kernels`) on the one-shot and on the sharded index, against
+  the dense scoring it replaces (every passage scored with ``np.bincount``, ``max(1, 2^19 // N)`` queries a
+  batch, then ``argpartition``), on the same index in the same run. A warm-up search first, so the kernels'
+  one-time compile or cache load is not counted.
+- mining projection: the sharded search's per-query CPU projected to 21M by its growth law, times NQ's
+  ``--mine-questions`` training and dev questions, over ``--mine-cores`` cores (threads scaling as measured).
 - threads: wall time of `search_indices` over ``--thread-queries`` questions with 1 and with 2 threads
   (interleaved, best of ``--repeat``): the search that BM25 mining runs, at the mining depth.
 """
@@ -126,6 +131,8 @@ def measure_search(one_dir: Path | None, sharded_dir: Path, questions: list[str]
     qs = questions[: args.queries]
     tokens = _query_token_ids(one, qs)
     k = args.k
+    for index in {id(one): one, id(sharded): sharded}.values():  # compile or load the kernels; map the lists
+        bm25.search_indices(index, qs[:8], k=k, n_threads=0, show_progress=False)
     res = {
         "dense_cpu_ms": 1e3 * cpu_per_query(lambda: dense_top(one, tokens, k), len(qs)),
         "postings_cpu_ms": 1e3 * cpu_per_query(
@@ -148,6 +155,20 @@ def measure_search(one_dir: Path | None, sharded_dir: Path, questions: list[str]
     return res
 
 
+def mining_projection(growth: dict, results: list[dict], args: argparse.Namespace) -> dict:
+    """Hours to mine ``--mine-questions`` questions against 21M passages on ``--mine-cores`` cores: the sharded
+    search's per-query CPU at the largest size carried to 21M by its growth law, or linearly if the law is
+    flatter (the conservative of the two), with the 2-thread speed-up measured there taken as the per-core
+    efficiency."""
+    last = results[-1]
+    law = growth["postings_sharded_cpu_ms"]["exponent"] or 1.0
+    per_query_ms = last["postings_sharded_cpu_ms"] * (TARGET / last["passages"]) ** max(1.0, law)
+    efficiency = last["threads_speedup"] / 2
+    hours = args.mine_questions * per_query_ms / 1e3 / (args.mine_cores * efficiency) / 3600
+    return {"questions": args.mine_questions, "cores": args.mine_cores, "per_query_ms_at_target": per_query_ms,
+            "core_efficiency": efficiency, "hours": hours}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="200000,1000000")
@@ -162,6 +183,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mine-questions", type=int, default=58_880 + 6_515, help="NQ's training and dev questions")
+    ap.add_argument("--mine-cores", type=int, default=32)
     ap.add_argument("--json")
     ap.add_argument("--child-build", help=argparse.SUPPRESS)
     ap.add_argument("--index-dir", help=argparse.SUPPRESS)
@@ -195,8 +218,9 @@ def main() -> None:
         "postings_cpu_ms": [r["postings_cpu_ms"] for r in results],
         "postings_sharded_cpu_ms": [r["postings_sharded_cpu_ms"] for r in results],
     }
+    growth = growth_table(sizes, series, TARGET)
     out = {"sizes": sizes, "shard_passages": args.shard_passages, "k": args.k, "results": results,
-           "growth": growth_table(sizes, series, TARGET), "cpu": os.cpu_count()}
+           "growth": growth, "cpu": os.cpu_count(), "mining": mining_projection(growth, results, args)}
     print(json.dumps(out, indent=2))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
