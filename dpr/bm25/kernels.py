@@ -30,7 +30,16 @@ STRIDE = 64
 _TINY = np.float32(1e-45)
 
 
-@njit(nogil=True, cache=True)
+def _jit(fn):
+    """Compiled without the GIL, the machine code cached beside this file (or in the user's cache directory)
+    so a process loads it in milliseconds instead of compiling for seconds."""
+    try:
+        return njit(nogil=True, cache=True)(fn)
+    except RuntimeError:  # no writable cache location (read-only install and home): compile in each process
+        return njit(nogil=True)(fn)
+
+
+@_jit
 def rows_ascend(indices: np.ndarray, indptr: np.ndarray) -> bool:
     """Whether every posting list's rows ascend (the binary search in `_weight` needs it)."""
     for t in range(indptr.shape[0] - 1):
@@ -40,7 +49,7 @@ def rows_ascend(indices: np.ndarray, indptr: np.ndarray) -> bool:
     return True
 
 
-@njit(nogil=True, cache=True)
+@_jit
 def sort_lists(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Copies of ``data`` and ``indices`` with each list's rows ascending (for indexes written by other tools)."""
     out_data = np.empty_like(data)
@@ -54,7 +63,7 @@ def sort_lists(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray) -> tup
     return out_data, out_indices
 
 
-@njit(nogil=True, cache=True)
+@_jit
 def _weight(data, indices, lo, hi, row):
     """The weight of ``row`` in the list ``[lo, hi)`` (rows ascending), 0 when absent."""
     while lo < hi:
@@ -69,7 +78,7 @@ def _weight(data, indices, lo, hi, row):
     return 0.0
 
 
-@njit(nogil=True, cache=True)
+@_jit
 def _above(acc, floor, out):
     """Rows whose ``acc`` is > 0 and >= ``floor`` into ``out``; returns how many."""
     # one float32 comparison a cell: a second (> 0) would be an unpredictable branch, ~20x slower
@@ -82,7 +91,7 @@ def _above(acc, floor, out):
     return n
 
 
-@njit(nogil=True, cache=True)
+@_jit
 def _candidates(acc, k, out):
     """The rows that can be in the top k by exact score (the k best of ``acc`` and every row within
     `SLACK` of the k-th), ascending, into ``out``; returns how many."""
@@ -110,7 +119,7 @@ def _candidates(acc, k, out):
     return kept
 
 
-@njit(nogil=True, cache=True)
+@_jit
 def _exact_score(data, indices, indptr, terms, row):
     """A row's score as the dense scoring computes it: its weights summed in query order in float64,
     rounded to float32."""
@@ -121,7 +130,7 @@ def _exact_score(data, indices, indptr, terms, row):
     return np.float32(s)
 
 
-@njit(nogil=True, cache=True)
+@_jit
 def _grow(a, need):
     if need <= a.shape[0]:
         return a
@@ -130,7 +139,7 @@ def _grow(a, need):
     return out
 
 
-@njit(nogil=True, cache=True)
+@_jit
 def shard_candidates(data, indices, indptr, n_docs, q_terms, q_ptr, k, start):
     """Per query, the passages of one shard (of ``n_docs``, the first at ``start``) that can be in its top k:
     ``counts[q]`` of them, as global rows with their float32 partial scores, query after query. Query
@@ -159,7 +168,7 @@ def shard_candidates(data, indices, indptr, n_docs, q_terms, q_ptr, k, start):
     return counts, rows[:at], vals[:at]
 
 
-@njit(nogil=True, cache=True)
+@_jit
 def pool_keep(counts, vals, k):
     """Which of the shards' candidates (``counts[s, q]`` each, shard after shard, query after query within
     a shard) can be in their query's top k: the pool's k-th best partial score within `SLACK`."""
@@ -189,7 +198,7 @@ def pool_keep(counts, vals, k):
     return keep
 
 
-@njit(nogil=True, cache=True)
+@_jit
 def exact_scores(data, indices, indptr, q_terms, q_ptr, counts, rows, keep, start, out):
     """The exact scores (`_exact_score`) of one shard's kept candidates (``rows``: global, ``counts[q]`` per
     query, query after query) into ``out``."""
@@ -202,7 +211,7 @@ def exact_scores(data, indices, indptr, q_terms, q_ptr, counts, rows, keep, star
         at += counts[q]
 
 
-@njit(nogil=True, cache=True)
+@_jit
 def finish(counts, rows, scores, keep, out_rows, out_scores):
     """Each query's top k (``k`` = ``out_rows.shape[1]``, at most the number of passages) of the kept
     candidates by exact score, best first, equal scores by row; then the rows scoring 0, lowest first."""
@@ -238,7 +247,7 @@ def finish(counts, rows, scores, keep, out_rows, out_scores):
         _fill_untouched(out_rows[q], out_scores[q], n)
 
 
-@njit(nogil=True, cache=True)
+@_jit
 def _fill_untouched(rows, scores, n):
     """After the ``n`` scored rows, the rows scoring 0: lowest first, skipping the listed ones."""
     taken = np.sort(rows[:n])

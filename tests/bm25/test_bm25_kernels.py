@@ -105,3 +105,22 @@ def test_posting_lists_out_of_row_order_give_the_same_top_k(zipf_indexes):
     retriever.scores = {**scores, "data": data, "indices": indices}
     shuffled = bm25.BM25Index(retriever=retriever, tokenizer=one.tokenizer, ids=one.ids, params=one.params)
     _same(bm25.search_indices(shuffled, queries, k=20, n_threads=0, show_progress=False), want)
+
+
+def test_kernels_compile_without_a_writable_cache(monkeypatch):
+    # numba refuses cache=True where neither the package's folder nor the user's cache folder is writable
+    # (a read-only install and home): the kernels are then compiled in each process instead
+    real = kernels.njit
+
+    def no_cache_location(**options):
+        if options.get("cache"):
+            raise RuntimeError("cannot cache function 'f': no locator available for file 'kernels.py'")
+        return real(**options)
+
+    monkeypatch.setattr(kernels, "njit", no_cache_location)
+
+    def double(x):
+        return 2 * x
+
+    compiled = kernels._jit(double)
+    assert compiled(21) == 42 and type(compiled._cache).__name__ == "NullCache"
