@@ -17,7 +17,9 @@ memory-mapped shard files are page cache, not counted). Queries: the dataset's r
   loops, the top k picked from it; `dpr.bm25.kernels`) on the one-shot and on the sharded index, against
   the dense scoring it replaces (every passage scored with ``np.bincount``, ``max(1, 2^19 // N)`` queries a
   batch, then ``argpartition``), on the same index in the same run. A warm-up search first, so the kernels'
-  one-time compile or cache load is not counted.
+  one-time compile or cache load is not counted. Where there is a one-shot index, the peer library's own
+  compiled search too: bm25s with ``backend="numba"`` (one thread), and the share of queries where its top k
+  is the same set of passages.
 - mining projection: the sharded search's per-query CPU projected to 21M by its growth law, times NQ's
   ``--mine-questions`` training and dev questions, over ``--mine-cores`` cores (threads scaling as measured).
 - threads: wall time of `search_indices` over ``--thread-queries`` questions with 1 and with 2 threads
@@ -115,6 +117,17 @@ def dense_top(index, token_ids, k: int):
         np.take_along_axis(top, np.lexsort((top, -top_scores), axis=1), axis=1)
 
 
+def bm25s_numba(index, token_ids, k: int) -> tuple[float, np.ndarray]:
+    """The peer: bm25s' own compiled retrieval (``backend="numba"``, one thread) on the one-shot index: its CPU
+    ms per query and its top-k rows."""
+    retriever = index.retriever
+    retriever.backend = "numba"
+    retriever.retrieve(token_ids[:8], k=k, n_threads=1, show_progress=False)  # compile
+    c0 = time.process_time()
+    docs, _ = retriever.retrieve(token_ids, k=k, n_threads=1, show_progress=False)
+    return 1e3 * (time.process_time() - c0) / len(token_ids), np.asarray(docs)
+
+
 def cpu_per_query(fn, n_queries: int) -> float:
     c0 = time.process_time()
     fn()
@@ -141,6 +154,11 @@ def measure_search(one_dir: Path | None, sharded_dir: Path, questions: list[str]
             lambda: bm25.search_indices(sharded, qs, k=k, n_threads=0, show_progress=False), len(qs)),
     }
     a = bm25.search_indices(one, qs, k=k, n_threads=0, show_progress=False)
+    if one_dir is not None:
+        res["bm25s_numba_cpu_ms"], docs = bm25s_numba(one, tokens, k)
+        # the same passages; the order within ties (and so the k-th place) may differ
+        res["bm25s_numba_same_top_k"] = float(np.mean([set(x) == set(y) for x, y in zip(docs.tolist(),
+                                                                                      a[0].tolist())]))
     b = bm25.search_indices(sharded, qs, k=k, n_threads=0, show_progress=False)
     res["sharded_equals_one_shot"] = bool(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]))
     tq = (questions * (args.thread_queries // max(1, len(questions)) + 1))[: args.thread_queries]
