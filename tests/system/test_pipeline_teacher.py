@@ -125,13 +125,14 @@ def test_teacher_pipeline_end_to_end_rerun_and_dependent_stages(tiny_data_dir, t
     _check_rerank_order(out, tiny_data_dir / "tiny")
     assert TEACHER_STAGES <= _ran(out)
 
-    # rerun: every stage up to date
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir))
+    # rerun: every stage up to date (in this process: what the first process recorded must hold in another one)
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir), in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _ran(out) == set()
 
     # another distillation loss: the training and what reads the trained model rerun, the teacher does not
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, "teacher.loss=margin_mse"))
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, "teacher.loss=margin_mse"),
+                     in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ran, skipped = _ran(out), set(_timings(out)["skipped"])
     assert {"train", "dense_retrieve_test", "dense_retrieve_dev", "hybrid", "rerank_hybrid_dev", "rerank_dev",
@@ -149,7 +150,8 @@ def _check_keep_first_stage(data_dir: Path, model_dir: Path, out: Path, *extra: 
     from dpr.rerank.runs import lowers_dev
 
     before = json.loads((out / "eval" / "report.json").read_text())
-    proc = _pipeline(data_dir, model_dir, out, *_teacher(model_dir, *extra, "teacher.weight_grid=[0.0]", keep=True))
+    proc = _pipeline(data_dir, model_dir, out, *_teacher(model_dir, *extra, "teacher.weight_grid=[0.0]", keep=True),
+                     in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "eval" / "report.json").read_text())
     dev = json.loads((out / "rerank" / "dev.json").read_text())
@@ -183,7 +185,8 @@ def test_default_pipeline_unchanged_and_distill_false_keeps_the_contrastive_dens
     dense = (out / "dense" / "test.json").read_bytes()
 
     # teacher=true with distill=false: the same contrastive training (its stage is up to date), plus reranking
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, "teacher.distill=false"))
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, "teacher.distill=false"),
+                     in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     skipped = set(_timings(out)["skipped"])
     assert {"train", "dense_encode", "dense_retrieve_test", "hybrid"} <= skipped
@@ -199,7 +202,7 @@ def test_default_pipeline_unchanged_and_distill_false_keeps_the_contrastive_dens
     given = tmp_path / "given"
     shutil.copytree(out / "teacher" / "cross_encoder", given / "cross_encoder")
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, "teacher.distill=false",
-                                                                   f"teacher.model={given}"))
+                                                                   f"teacher.model={given}"), in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "teacher_train" not in _timings(out)["seconds"] and {"rerank_dev", "rerank_bm25"} <= _ran(out)
     report = json.loads((out / "eval" / "report.json").read_text())
