@@ -15,8 +15,14 @@ outputs were since rewritten by something else (``dpr-train overwrite=true outpu
 neither called up to date nor run over: `StageOutputsChanged` names the output, in one line, before anything of it
 is touched; removing it runs the stage again. A stage whose inputs or parameters changed runs and replaces its
 outputs, as always. Markers written before outputs were recorded are accepted as they are and gain the record the
-first time a single process finds them up to date. Under a launcher of several processes, a stage that every rank
-runs records no outputs (each rank writes them, so no one process knows which copy is the last).
+first time a single process finds them up to date.
+
+Under a launcher of several processes, a stage that every rank runs is written by every rank, so no one process
+knows by itself which copy is the last. Each rank leaves a token (``.<stage>.done.<rank>`` beside the markers,
+naming the launch) once its part is done; rank 0 waits for all of them, then records the outputs and writes the
+marker alone (`_record_after_every_rank`). Where nothing in the environment names the launch (a token of an earlier
+launch could not be told from this one's), or the tokens do not all come within ``StageRunner.record_wait_s``, the
+marker records no outputs, as from every rank before.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from dpr.atomic import write_json_atomic
+from dpr.atomic import write_json_atomic, write_text_atomic
 from dpr.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -109,6 +115,32 @@ def _several_processes(one_rank: bool) -> bool:
     return not one_rank and _launched()
 
 
+# What names one launch of the ranks: torchrun's run id (a fresh uuid under --standalone, which dpr-pipeline's own
+# relaunch uses; the --rdzv-id given otherwise) and restart count, or Slurm's job and step.
+_LAUNCH_VARS = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID", "SLURM_STEP_ID")
+
+
+def _launch_id() -> str | None:
+    """This launch's name, the same in every rank; None where nothing names it (torchrun's static default
+    ``none`` included: every such launch has it)."""
+    values = {v: os.environ.get(v, "") for v in _LAUNCH_VARS}
+    if values["TORCHELASTIC_RUN_ID"] in ("", "none") and not values["SLURM_JOB_ID"]:
+        return None
+    return "|".join(f"{k}={v}" for k, v in values.items())
+
+
+def _token(state_dir: Path, name: str, rank: int) -> Path:
+    return Path(state_dir) / f".{name}.done.{rank}"
+
+
+def _reads(path: Path) -> str | None:
+    """The text of a small file, None where it is not there (yet)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _read_marker(marker: Path) -> dict:
     """A stage's marker; one that is not a JSON object is a `DataError` naming it (markers are written atomically,
     so only a hand edit breaks one: deleting it runs the stage again)."""
@@ -131,6 +163,9 @@ class StageRunner:
     force: bool = False
     timings: dict[str, float] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    # how long rank 0 waits for the other ranks to finish an every-rank stage before it records the stage without
+    # its outputs (the ranks of a stage end together, each waiting inside it for the others' part)
+    record_wait_s: float = 600.0
 
     def run(
         self,
@@ -163,12 +198,40 @@ class StageRunner:
             raise RuntimeError(f"stage {name} finished without writing {missing}")
         # Outputs may be inputs of this stage too (mining rewrites train.json): fingerprint after the run.
         record = {"fingerprint": fingerprint(params, inputs, root), "seconds": seconds}
+        launch = _launch_id() if _several_processes(one_rank) else None
         if not _several_processes(one_rank):
             record["outputs"] = self._output_states(outputs)
-        write_json_atomic(marker, record)
+            write_json_atomic(marker, record)
+        elif launch is None:  # every rank writes the same record, none knows the outputs' last state
+            write_json_atomic(marker, record)
+        else:
+            self._record_after_every_rank(name, marker, record, outputs, launch)
         self.timings[name] = seconds
         log.info("[%s] done in %.1f s", name, seconds)
         return True
+
+    def _record_after_every_rank(self, name: str, marker: Path, record: dict, outputs: list[Path],
+                                 launch: str) -> None:
+        """An every-rank stage done in this rank: its token; rank 0, once every rank's token of this launch is
+        there (no rank writes the outputs any more), writes the marker with the outputs' states (module doc)."""
+        rank, size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        write_text_atomic(_token(self.state_dir, name, rank), launch)
+        if rank != 0:
+            return
+        tokens = [_token(self.state_dir, name, r) for r in range(size)]
+        deadline = time.monotonic() + self.record_wait_s
+        while not all(_reads(t) == launch for t in tokens):
+            if time.monotonic() > deadline:
+                log.warning("[%s] not every rank finished within %.0f s: its record holds no outputs", name,
+                            self.record_wait_s)
+                break
+            time.sleep(min(1.0, self.record_wait_s / 10))
+        else:
+            record["outputs"] = self._output_states(outputs)
+        write_json_atomic(marker, record)
+        for t in tokens:
+            if _reads(t) == launch:  # a later launch's token is that launch's to read
+                t.unlink(missing_ok=True)
 
     def _output_states(self, outputs: list[Path]) -> dict[str, str]:
         """Each output's `output_state`, keyed by its path (relative to the run directory where inside it)."""

@@ -174,6 +174,12 @@ def test_relaunched_run_is_the_explicit_torchrun_run(tiny_data_dir, tiny_model_d
     assert "--standalone --nproc_per_node=2 -m dpr.cli.pipeline" in log
     for rank in (0, 1):
         assert f"shard {rank}/2: 4 passages" in log  # each rank encoded its half of the 8 passages
+    # every stage's record holds what it wrote, the stages every rank runs included (rank 0 records them once every
+    # rank is done), and no rank's token is left
+    markers = {m.name: json.loads(m.read_text()) for m in (out / "stages").glob("*.json")}
+    assert markers and all("outputs" in m for m in markers.values()), sorted(n for n, m in markers.items()
+                                                                          if "outputs" not in m)
+    assert not list((out / "stages").glob(".*.done.*"))
     first = _systems(out)
 
     again = _torchrun(tiny_data_dir, tiny_model_dir, out)  # an explicit torchrun over the relaunched run's directory

@@ -111,8 +111,11 @@ def test_a_run_moved_keeping_mtimes_and_dot_files_inside_outputs_stay_up_to_date
 
 
 def test_stages_every_rank_runs_record_no_outputs_and_one_rank_stages_do(tmp_path, monkeypatch):
-    """Under a launcher every rank writes an every-rank stage's outputs, so none records them (the last writer is
-    unknown); rank 0 alone runs a one_rank stage and records them."""
+    """Under a launcher the environment does not name every rank writes an every-rank stage's outputs, so none
+    records them (the last writer is unknown; tests/test_stages_every_rank.py: a named launch records them); rank 0
+    alone runs a one_rank stage and records them."""
+    for name in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
     run = tmp_path / "run"
