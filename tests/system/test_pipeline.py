@@ -40,8 +40,9 @@ def _distinct_dev(root: Path) -> None:
 
 def _pipeline(tiny_data_dir: Path, tiny_model_dir: Path, out: Path, *extra: str,
               in_process: bool = False) -> subprocess.CompletedProcess:
-    """The tiny run through the console script: a process (the end-to-end runs), or, for a refusal before any
-    stage, its main in-process (``in_process=True``)."""
+    """The tiny run through the console script: a process, or its main in-process (``in_process=True``: refusals,
+    runs whose checks read the run directory, and reruns of a run a process recorded; each test that reruns starts
+    its first run as a process, so a stage record bound to the process that wrote it fails the rerun's checks)."""
     cmd = [
         str(BIN / "dpr-pipeline"), "data.name=tiny", "data.kind=qa", "data.recipe=none",
         f"data_dir={tiny_data_dir}", f"output_dir={out}", f"model.name={tiny_model_dir}",
@@ -87,8 +88,8 @@ def test_pipeline_end_to_end_and_skips_up_to_date_stages(tiny_data_dir, tiny_mod
     assert {"bm25_retrieve", "bm25_mine", "train", "dense_encode", "hybrid"} <= set(timings["seconds"])
     assert timings["skipped"] == []
 
-    # second run: everything is up to date and says so
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "hybrid.metric_k=1")
+    # second run (in this process: what another process recorded must hold): everything up to date and says so
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "hybrid.metric_k=1", in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     skipped = json.loads((out / "timings.json").read_text())["skipped"]
     assert {"bm25_retrieve", "train", "dense_encode", "dense_index", "hybrid"} <= set(skipped)
@@ -99,7 +100,7 @@ def test_pipeline_end_to_end_and_skips_up_to_date_stages(tiny_data_dir, tiny_mod
     moved = tmp_path / "moved" / "run"
     moved.parent.mkdir()
     out.rename(moved)
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, moved, "hybrid.metric_k=1")
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, moved, "hybrid.metric_k=1", in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert set(json.loads((moved / "timings.json").read_text())["skipped"]) == ran
 
@@ -174,7 +175,7 @@ def test_pipeline_on_qrels_data_reports_qrels_metrics(tiny_model_dir, tmp_path):
     data_dir = tmp_path / "data"
     _qrels_dataset(data_dir / "tiny")
     out = tmp_path / "run"
-    proc = _pipeline(data_dir, tiny_model_dir, out, "data.kind=qrels")
+    proc = _pipeline(data_dir, tiny_model_dir, out, "data.kind=qrels", in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "eval" / "report.json").read_text())
     assert {"bm25", "dense_untrained", "dense", "hybrid"} <= set(report["systems"])

@@ -46,7 +46,7 @@ def test_pipeline_dense_dims_adds_truncated_system_and_skips_on_rerun(tiny_data_
         set(first["seconds"])
     assert "dense@16_encode" not in first["seconds"]  # no re-encode
 
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "dense.dims=[16]", *cosine)
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "dense.dims=[16]", *cosine, in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     skipped = set(json.loads((out / "timings.json").read_text())["skipped"])
     assert set(first["seconds"]) - {"prepare", "total"} <= skipped
@@ -95,7 +95,8 @@ def test_pipeline_dense_dim_encodes_both_dense_systems_at_that_size(tiny_data_di
     # encode.runtime=torch: training's vectors are torch's, and where `auto` picks ONNX Runtime (fp32 encoding on an
     # AVX-512 CPU: no native bf16, or DPR_NO_BF16) the corpus is encoded again instead of stored from training, so
     # the stored-and-truncated path would go untested there (test_pipeline.py checks auto's choice on each CPU)
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "dense.dim=16", "dense.dims=[8]", "encode.runtime=torch")
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "dense.dim=16", "dense.dims=[8]", "encode.runtime=torch",
+                     in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for system, dim in (("dense_untrained", 16), ("dense", 16), ("dense@8", 8)):
         manifest = list_shards(out / system / "embeddings")[0].manifest

@@ -215,7 +215,7 @@ def test_teacher_pipeline_on_qrels_data(tiny_model_dir, tmp_path):
     data_dir = tmp_path / "data"
     _qrels_dataset(data_dir / "tiny")
     out = tmp_path / "run"
-    proc = _pipeline(data_dir, tiny_model_dir, out, "data.kind=qrels", *_teacher(tiny_model_dir))
+    proc = _pipeline(data_dir, tiny_model_dir, out, "data.kind=qrels", *_teacher(tiny_model_dir), in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "eval" / "report.json").read_text())
     _check_same_keys(report)
@@ -337,7 +337,8 @@ def test_teacher_rounds_score_each_remined_file_and_distil_from_it(tiny_data_dir
 
     out = tmp_path / "run"
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, "teacher.max_negatives=2"),
-                     "train.rounds=2", "remine.negatives=3", "remine.relative_margin=0.0", "until=train")
+                     "train.rounds=2", "remine.negatives=3", "remine.relative_margin=0.0", "until=train",
+                     in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert {"teacher_scores", "remine_round2", "teacher_scores_round2", "train_round2"} <= _ran(out)
     round2 = out / "rounds" / "round2"

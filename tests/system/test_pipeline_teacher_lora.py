@@ -27,11 +27,11 @@ def test_a_lora_teacher_runs_the_teacher_stages_and_reruns_nothing(tiny_data_dir
     _check_rerank_order(out, tiny_data_dir / "tiny")  # the reranked lists are the LoRA model's logits
     assert TEACHER_STAGES <= _ran(out)
 
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, LORA))
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir, LORA), in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _ran(out) == set()
 
     # without LoRA: another teacher (its stage's settings changed), trained whole
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir))
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_teacher(tiny_model_dir), in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "teacher_train" in _ran(out) and (teacher / "encoder" / "model.safetensors").is_file()

@@ -19,7 +19,7 @@ def _with_reader(tiny_model_dir, *extra: str) -> list[str]:
 @pytest.mark.slow
 def test_pipeline_with_reader_reports_bound_and_reader_side_by_side(tiny_data_dir, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_with_reader(tiny_model_dir))
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, *_with_reader(tiny_model_dir), in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "eval" / "report.json").read_text())
     reader = report["reader"]
@@ -46,7 +46,7 @@ def test_with_a_teacher_the_reader_also_reads_the_reranked_lists(tiny_data_dir, 
 
     out = tmp_path / "run"
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out,
-                     *_with_reader(tiny_model_dir, *_teacher(tiny_model_dir, "teacher.distill=false")))
+                     *_with_reader(tiny_model_dir, *_teacher(tiny_model_dir, "teacher.distill=false")), in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "eval" / "report.json").read_text())
     assert set(report["reader"]["systems"]) == {"bm25", "dense", "hybrid", *RERANKED}

@@ -17,7 +17,7 @@ def test_two_rounds_remine_from_the_trained_model(tiny_data_dir, tiny_model_dir,
     out = tmp_path / "run"
     proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "train.rounds=2",
                      "train.corpus_negatives=true", "remine.negatives=3", "remine.relative_margin=0.0",
-                     "remine.bm25_share=0.0")
+                     "remine.bm25_share=0.0", in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     seconds = json.loads((out / "timings.json").read_text())["seconds"]
     assert {"train_round1", "encode_round1", "index_round1", "remine_round2", "train_round2"} <= set(seconds)
@@ -47,14 +47,14 @@ def test_two_rounds_remine_from_the_trained_model(tiny_data_dir, tiny_model_dir,
 @pytest.mark.slow
 def test_until_train_stops_before_the_trained_model_meets_the_test_split(tiny_data_dir, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
-    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "until=train")
+    proc = _pipeline(tiny_data_dir, tiny_model_dir, out, "until=train", in_process=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (out / "model" / "train_summary.json").is_file()  # the dev figures of the kept weights
     seconds = json.loads((out / "timings.json").read_text())["seconds"]
     assert "train" in seconds and not any(k.startswith(("dense_retrieve", "dense_encode", "hybrid")) for k in seconds)
     assert not (out / "dense").exists() and not (out / "eval").exists() and not (out / "hybrid").exists()
 
-    bad = _pipeline(tiny_data_dir, tiny_model_dir, tmp_path / "bad", "until=eval")
+    bad = _pipeline(tiny_data_dir, tiny_model_dir, tmp_path / "bad", "until=eval", in_process=True)
     assert bad.returncode != 0 and "until must be null" in bad.stderr
     assert not (tmp_path / "bad" / "bm25").exists()  # refused before any work
 
