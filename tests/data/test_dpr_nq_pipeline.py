@@ -12,6 +12,7 @@ from pathlib import Path
 
 from dpr.atomic import sha256_file
 from tests.data.dpr_site import TEST_QA, serve, write_site
+from tests.run_command import run_as_subprocess
 
 BIN = Path(sys.executable).parent
 
@@ -25,8 +26,8 @@ def _pipeline(url: str, tmp: Path, model: Path) -> subprocess.CompletedProcess:
         "train.val_max_questions=4", "train.lr=1e-3", "train.frozen_steps=2", "bm25.num_negatives=3",
         "retrieve.k=5", "encode.batch_size=4",
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "WANDB_MODE": "disabled", "DPR_DATA_MIRROR": ""})
+    # in this process (the site is served by a thread of it): the run is about what is fetched, checked and written
+    return run_as_subprocess(cmd, env={**os.environ, "WANDB_MODE": "disabled", "DPR_DATA_MIRROR": ""})
 
 
 def test_dpr_nq_downloaded_prepared_trained_evaluated_then_an_edit_refused(tiny_model_dir, tmp_path):
