@@ -68,6 +68,11 @@ def encode_on_every_rank(model_path: str | Path, passages: Path, out: Path, conf
                          poll_s: float = 2.0) -> Path:
     """`dpr.encode.encode_corpus` in ``world_size`` shards (one per rank; a current complete set keeps its own
     count), then wait for the other ranks' shards. Returns ``out``."""
+    from dpr.perf.malloc import release_freed_memory
+
+    # training, earlier in this process, keeps its freed peak heap for its own steps (dpr/perf/malloc.py): the
+    # encode and the stages after it do not need it
+    release_freed_memory()
     rank, size = world()
     out = Path(out)
     num_shards = (current_layout(out, model_path, passages) if out.is_dir() else None) or size

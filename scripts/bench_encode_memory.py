@@ -175,11 +175,15 @@ def summarise(runs: dict, target: int) -> dict:
         for name, r in runs["this"].items():
             peer = runs["peer"][name]
             ratio[name] = {k: round(r["peak"][k] / peer["peak"][k], 3) if peer["peak"][k] else None for k in KEYS}
-            ratio[name]["identical"] = r["files"] == peer["files"]
+            if r["files"]:  # an encode (not --build-only): the same output bytes?
+                ratio[name]["identical"] = r["files"] == peer["files"]
     return {"laws": laws, "ratio": ratio}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    for where in (REPO, HERE):  # script_args, scale_synth, scale_stats; this checkout's dpr for the tiny model
+        if str(where) not in sys.path:
+            sys.path.insert(0, str(where))
     from script_args import OneLineParser, json_output, whole
 
     ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -197,7 +201,7 @@ def main() -> None:
     ap.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--cache", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.child:
         return run_child(args)
     if args.shard_id >= args.num_shards:
@@ -205,8 +209,6 @@ def main() -> None:
     for p in args.passages:
         if not p.is_file():
             ap.error(f"argument --passages: {p} is not a file")
-    sys.path.insert(0, str(HERE))
-    sys.path.insert(0, str(REPO))
     from scale_synth import tiny_model
 
     args.work.mkdir(parents=True, exist_ok=True)

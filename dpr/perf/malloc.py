@@ -48,3 +48,15 @@ def keep_freed_memory() -> bool:
             if applied:
                 log.info("glibc malloc: big blocks from the heap, freed memory kept (DPR_MALLOC_TUNING=0: off)")
     return applied
+
+
+def release_freed_memory() -> bool:
+    """Give the heap's freed pages back to the kernel now (glibc ``malloc_trim``): what an earlier stage of the same
+    process freed but `keep_freed_memory` keeps (training's peak heap) stops counting in the process's RSS. True
+    when glibc did it; nothing elsewhere."""
+    libc = _glibc()
+    if libc is None or not hasattr(libc, "malloc_trim"):
+        return False
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    libc.malloc_trim(0)
+    return True

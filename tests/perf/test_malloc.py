@@ -59,3 +59,33 @@ def test_tuned_malloc_reuses_a_freed_big_block_without_faulting_it_in_again():
     plain = _probe("0")
     assert not plain["applied"] and not plain["again"]
     assert plain["faults"][1] > pages // 2        # glibc's default: mmap, munmap, fault in again
+
+
+RELEASE_PROBE = f"""
+import ctypes, importlib.util, json
+spec = importlib.util.spec_from_file_location("malloc_probe", {str(MODULE)!r})
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+m.keep_freed_memory()
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def anon():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("RssAnon:")) * 1024
+blocks = [libc.malloc(1 << 20) for _ in range(256)]  # a peak heap of 256 MiB, touched
+for p in blocks:
+    ctypes.memset(p, 1, 1 << 20)
+keep = libc.malloc(64)  # something still in use above it: the freed pages are in the heap's middle
+for p in blocks:
+    libc.free(p)
+kept = anon()
+released = m.release_freed_memory()
+print(json.dumps({{"kept": kept, "after": anon(), "released": released}}))
+"""
+
+
+@glibc_linux
+def test_released_memory_leaves_the_resident_set():
+    got = json.loads(subprocess.run([sys.executable, "-c", RELEASE_PROBE], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert got["released"] is True
+    assert got["kept"] - got["after"] > 200 << 20  # the freed 256 MiB kept by the tuning, then given back
