@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from dpr.index.shards import read_embeddings
+from tests.run_command import run_command
 from tests.training.test_trainer import _env, dpr_train, write_tiny_data_conf
 
 TIMEOUT = 400
@@ -71,7 +72,9 @@ def test_encode_and_index_arrays(tiny_model_dir, tiny_data_dir, tmp_path):
     passages = tiny_data_dir / "tiny" / "passages.tsv"
     common = [f"model={tiny_model_dir}", f"passages={passages}", "dtype=float32", "autocast=off", "threads=1",
               "batch_size=4"]
-    run([*console("dpr-encode"), *common, f"output_dir={tmp_path / 'one'}"], tmp_path)
+    # the reference: the one-process encode, run in this process
+    one_process = run_command(["dpr-encode", *common, f"output_dir={tmp_path / 'one'}"], cwd=tmp_path, env=_env())
+    assert one_process.returncode == 0, one_process.stderr[-3000:]
     run([*console("dpr-encode"), "-m", *common, f"output_dir={tmp_path / 'array'}", "num_shards=2", "shard_id=0,1",
          "hydra/launcher=submitit_local", f"hydra.sweep.dir={tmp_path / 'jobs'}"], tmp_path)
     assert len(list((tmp_path / "jobs" / ".submitit").glob("*/*_log.out"))) == 2
