@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +15,8 @@ import pytest
 from dpr.errors import DataError
 from dpr.index import load_index, read_index_meta, save_index
 from dpr.index.storage import file_fingerprint, ids_path, meta_path
+from tests.run_command import run_command
 from tests.system.test_faults import _env, _run_stopped_at
-
-BIN = Path(sys.executable).parent
 
 
 def _embeddings(root: Path, seed: int, n: int = 400, dim: int = 32) -> Path:
@@ -33,8 +30,8 @@ def _embeddings(root: Path, seed: int, n: int = 400, dim: int = 32) -> Path:
 
 
 def _index(tmp_path: Path, emb: Path, out: Path) -> None:
-    proc = subprocess.run([str(BIN / "dpr-index"), f"embeddings={emb}", "index=flat", f"output={out}"], cwd=tmp_path,
-                          env=_env(), capture_output=True, text=True, timeout=600)
+    """``dpr-index`` run whole, in this process (the killed build below is a real process)."""
+    proc = run_command(["dpr-index", f"embeddings={emb}", "index=flat", f"output={out}"], cwd=tmp_path, env=_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -49,12 +46,11 @@ def test_a_build_killed_between_the_moves_is_refused_by_the_reader(tmp_path, nth
     with pytest.raises(DataError, match="files of two builds") as err:
         load_index(out)
     assert "\n" not in str(err.value)
-    # the command that searches it: one line, exit 2, no traceback
+    # the command that searches it (in this process): one line, exit 2, no traceback
     (tmp_path / "p.tsv").write_text("id\ttext\ttitle\n" + "".join(f"p{i}\tpassage {i}\t\n" for i in range(400)))
     (tmp_path / "q.tsv").write_text("what is passage 3?\t['passage 3']\n")
-    proc = subprocess.run([str(BIN / "dpr-retrieve"), f"model={tiny_model_dir}", f"index={out}",
-                           f"passages={tmp_path / 'p.tsv'}", f"qa={tmp_path / 'q.tsv'}", f"output={tmp_path / 'r.json'}"],
-                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    proc = run_command(["dpr-retrieve", f"model={tiny_model_dir}", f"index={out}", f"passages={tmp_path / 'p.tsv'}",
+                        f"qa={tmp_path / 'q.tsv'}", f"output={tmp_path / 'r.json'}"], cwd=tmp_path, env=_env())
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-retrieve")]
     assert proc.returncode == 2 and len(lines) == 1 and "files of two builds" in lines[0], proc.stderr[-3000:]
     assert not (tmp_path / "r.json").exists()
