@@ -226,12 +226,17 @@ def test_two_srun_tasks_of_dpr_encode_split_the_shards(tiny_model_dir, tiny_data
     """`srun --ntasks=2 dpr-encode num_shards=2` without torchrun: each task is a rank and encodes its own shard
     (shards i % world_size == rank), and the two shards read together are the one-process encode."""
     from dpr.index.shards import read_embeddings
-    from tests.system.test_submitit import console, run
+    from tests.run_command import run_command
+    from tests.system.test_submitit import console
+    from tests.training.test_trainer import _env
 
     passages = tiny_data_dir / "tiny" / "passages.tsv"
-    common = [*console("dpr-encode"), f"model={tiny_model_dir}", f"passages={passages}", "dtype=float32",
-              "autocast=off", "threads=1", "batch_size=4"]
-    run([*common, f"output_dir={tmp_path / 'one'}"], tmp_path)
+    args = [f"model={tiny_model_dir}", f"passages={passages}", "dtype=float32", "autocast=off", "threads=1",
+            "batch_size=4"]
+    common = [*console("dpr-encode"), *args]
+    # the reference: the one-process encode, run in this process
+    one_process = run_command(["dpr-encode", *args, f"output_dir={tmp_path / 'one'}"], cwd=tmp_path, env=_env())
+    assert one_process.returncode == 0, one_process.stderr[-3000:]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
     env |= {"WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0",
