@@ -6,24 +6,19 @@ error", exit 1)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from dpr.errors import DataError
-
-BIN = Path(sys.executable).parent
+from tests.run_command import run_command
 
 
 def _train(tmp_path: Path, model: Path, *args: str) -> str:
-    proc = subprocess.run([str(BIN / "dpr-train"), "data=squad1_open", f"data_dir={tmp_path / 'd'}",
-                           f"output_dir={tmp_path / 'o'}", "model=tiny", f"model.name={model}", *args],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "WANDB_MODE": "disabled"})
+    """The one line ``dpr-train`` (run in this process) refuses ``args`` with."""
+    proc = run_command(["dpr-train", "data=squad1_open", f"data_dir={tmp_path / 'd'}", f"output_dir={tmp_path / 'o'}",
+                        "model=tiny", f"model.name={model}", *args], cwd=tmp_path)
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-train")]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     return lines[0]

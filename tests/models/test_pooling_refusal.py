@@ -4,18 +4,12 @@ decoder-only model (its first token sees nothing after it; before: 2 distinct ve
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from dpr.models import BiEncoderConfig, build_biencoder
 from dpr.models.pooling import pool
-
-BIN = Path(sys.executable).parent
+from tests.run_command import run_command
 
 
 def test_why_cls_on_a_decoder_collapses(tiny_llama_dir):
@@ -49,10 +43,9 @@ def test_dpr_train_refuses_it_in_one_line_before_any_step(tiny_llama_dir, tiny_d
     (conf / "data").mkdir(parents=True)
     (conf / "data" / "tiny.yaml").write_text("name: tiny\nkind: qa\n")
     out = tmp_path / "run"
-    proc = subprocess.run([str(BIN / "dpr-train"), "--config-dir", str(conf), "data=tiny", f"data_dir={tiny_data_dir}",
-                           f"output_dir={out}", "model=tiny", f"model.name={tiny_llama_dir}", "model.pooling=cls",
-                           "train.max_steps=2"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "WANDB_MODE": "disabled"})
+    proc = run_command(["dpr-train", "--config-dir", str(conf), "data=tiny", f"data_dir={tiny_data_dir}",
+                        f"output_dir={out}", "model=tiny", f"model.name={tiny_llama_dir}", "model.pooling=cls",
+                        "train.max_steps=2"], cwd=tmp_path)
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-train")]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert "model.pooling=cls on a decoder-only model" in lines[0]
