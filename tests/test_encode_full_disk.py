@@ -7,7 +7,6 @@ import errno
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -17,8 +16,8 @@ import pytest
 from dpr import encode
 from dpr.index.shards import list_shards
 from tests.encode_kw import encode_corpus
+from tests.run_command import run_command
 
-BIN = Path(sys.executable).parent
 KW = dict(dtype="float32", batch_size=8, device="cpu", autocast="off", progress=False)
 
 
@@ -81,10 +80,8 @@ def tiny_tmpfs(tmp_path):
 def test_dpr_encode_on_a_really_full_disk_is_one_line(tiny_model_dir, tmp_path, tiny_tmpfs):
     psg = tmp_path / "passages.tsv"
     psg.write_text("id\ttext\ttitle\n" + "".join(f"p{i}\tpassage number {i}\tT\n" for i in range(6000)))
-    proc = subprocess.run([str(BIN / "dpr-encode"), f"model={tiny_model_dir}", f"passages={psg}",
-                           f"output_dir={tiny_tmpfs / 'emb'}", "dtype=float32", "autocast=off", "device=cpu",
-                           "num_shards=1"], capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env={**os.environ, "WANDB_MODE": "disabled"})
+    proc = run_command(["dpr-encode", f"model={tiny_model_dir}", f"passages={psg}", f"output_dir={tiny_tmpfs / 'emb'}",
+                        "dtype=float32", "autocast=off", "device=cpu", "num_shards=1"], cwd=tmp_path)
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("dpr-encode")]
     assert proc.returncode == 2 and len(lines) == 1, (proc.returncode, proc.stderr[-3000:])
     assert "no space left on the device for shard 0's vectors" in lines[0]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,6 @@ from dpr.data.passages import iter_passages
 from dpr.data.retriever_json import read_retriever_json
 from dpr.errors import DataError
 from tests.run_command import run_command
-
-BIN = Path(sys.executable).parent
 
 
 def make_beir_folder(root: Path, splits: tuple[str, ...], n_queries: int = 20) -> Path:
@@ -62,9 +59,8 @@ def test_folder_with_its_own_splits(tmp_path):
     assert again.returncode == 0 and "up to date" in again.stdout + again.stderr
 
     # the later commands find the dataset by the same config (its name is the folder's)
-    bm25 = subprocess.run([str(BIN / "dpr-bm25"), "data=beir", f"data.path={folder}",
-                           f"data_dir={tmp_path / 'prepared'}", "split=test", f"output={tmp_path / 'bm25.trec'}"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    bm25 = run_command(["dpr-bm25", "data=beir", f"data.path={folder}", f"data_dir={tmp_path / 'prepared'}",
+                        "split=test", f"output={tmp_path / 'bm25.trec'}"], cwd=tmp_path)
     assert bm25.returncode == 0, bm25.stderr
     from dpr.data.results import read_trec_run
 
