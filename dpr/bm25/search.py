@@ -15,7 +15,6 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from dpr.bm25 import kernels
 from dpr.bm25.index import BM25Index
 from dpr.checks import MAX_K, check_int
 
@@ -90,6 +89,8 @@ def _readonly(a: np.ndarray, dtype) -> np.ndarray:
 
 def _lists(index: BM25Index) -> list[_Lists]:
     """The index's postings in the kernels' form (made once per index: one pass over the rows)."""
+    from dpr.bm25 import kernels  # numba: imported by the processes that search, not by all that import dpr.bm25
+
     if index.search_lists is None:
         made = []
         for shard in index.postings():
@@ -106,6 +107,8 @@ def _lists(index: BM25Index) -> list[_Lists]:
 def _top_batch(index: BM25Index, token_ids: Sequence[Sequence[int]], k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k rows and scores of a batch of tokenized queries: each shard's candidates (partial float32 scores),
     those of the pool that can be in the top k, their exact scores, the top. The kernels release the GIL."""
+    from dpr.bm25 import kernels
+
     lists = _lists(index)
     q_ptr = np.zeros(len(token_ids) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in token_ids], out=q_ptr[1:])
