@@ -7,15 +7,14 @@ the process holds one chunk of text and vectors and one batch of activations how
 either file stays resident in it. Within a chunk, batches are length-sorted and padded only to their longest passage
 (`dpr.models.iter_encode_batches`), under inference mode with bf16 autocast where the hardware has it.
 
-Runtime: ``runtime=auto`` (default: ``onnx`` where the encode runs in fp32 on an AVX-512 CPU, else torch), ``torch`` or ``onnx`` (`dpr.models.onnx_runtime`: the passage tower exported
-once, cached by the model's fingerprint, run by ONNX Runtime on the CPU in fp32).
+Runtime: ``runtime=auto`` (default: ``onnx`` where the encode runs in fp32 on an AVX-512 CPU, else torch), ``torch``
+or ``onnx`` (`dpr.models.onnx_runtime`: the passage tower exported once, cached by the model's fingerprint, run by
+ONNX Runtime on the CPU in fp32). Weights: ``weights=auto`` (default, = fp32: fp32 weights under ``autocast``),
+``fp32`` or ``bf16`` (`dpr.models.weights`: cast to bf16 once, no autocast). ``compile=true`` (`dpr.models.compile`,
+default false): the passage tower run through ``torch.compile(dynamic=True)``.
 
-Weights: ``weights=auto`` (default, = fp32: fp32 weights under ``autocast``, today's path), ``fp32`` or
-``bf16`` (`dpr.models.weights`: the weights cast to bf16 once, no autocast). ``compile=true``
-(`dpr.models.compile`, default false): the passage tower run through ``torch.compile(dynamic=True)``.
-
-Resuming (`dpr.index.shard_manifest`): a shard whose manifest exists and matches (content fingerprints of the model and the
-passages file, `dpr.index.fingerprint`; dtype, max length, range, quantize, runtime, weights, compile) is
+Resuming (`dpr.index.shard_manifest`): a shard whose manifest exists and matches (content fingerprints of the model
+and the passages file, `dpr.index.fingerprint`; dtype, max length, range, quantize, runtime, weights, compile) is
 skipped. Finished shards written with another ``weights`` or ``compile`` setting are refused (one error naming
 the manifest and the field): bf16-weight and fp32-weight vectors differ by more than float rounding, compiled
 and eager ones by rounding, and one index must not mix either. Anything else is redone from scratch:
