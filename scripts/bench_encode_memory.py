@@ -28,7 +28,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -37,50 +36,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-STATUS = Path("/proc/self/status")
 KEYS = ("VmRSS", "RssAnon", "RssFile")
 TIMING = ("seconds", "passages_per_second")  # manifest fields that differ run to run
-
-
-def status_bytes() -> dict[str, int]:
-    """VmRSS, RssAnon and RssFile of this process, in bytes (0 off Linux)."""
-    out = dict.fromkeys(KEYS, 0)
-    try:
-        for line in STATUS.read_text().splitlines():
-            key = line.split(":", 1)[0]
-            if key in out:
-                out[key] = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return out
-
-
-class Peaks:
-    """``with Peaks() as p: ...`` → ``p.peak``: the highest value of each of `KEYS` while the block ran."""
-
-    def __init__(self, interval: float = 0.02) -> None:
-        self.interval, self.peak = interval, dict.fromkeys(KEYS, 0)
-        self._stop = threading.Event()
-
-    def _take(self) -> None:
-        now = status_bytes()
-        self.peak = {k: max(self.peak[k], now[k]) for k in KEYS}
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self._take()
-            time.sleep(self.interval)
-
-    def __enter__(self) -> "Peaks":
-        self._take()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._take()
 
 
 def _cpu_s() -> float:
@@ -103,24 +60,26 @@ def digests(out: Path) -> dict[str, str]:
 def run_child(args: argparse.Namespace) -> None:
     """One measurement (or, with ``--prepare``, the Arrow copy's build) in this process, with ``--repo``'s dpr."""
     sys.path.insert(0, str(args.repo))
+    from scale_stats import StatusPeaks, status_bytes
+
     passages = args.passages[0]
     from dpr.data.passages import load_passages
     from dpr.encode import encode_corpus
     from dpr.encode_config import EncodeConfig
 
     if args.prepare:  # the Arrow copy's build (from_generator over iter_passages), from an empty cache
-        before = status_bytes()
+        before = status_bytes(KEYS)
         c0 = _cpu_s()
-        with Peaks() as peaks:
+        with StatusPeaks(KEYS) as peaks:
             n = len(load_passages(passages, cache_dir=args.cache))
         print(json.dumps({"passages": n, "before": before, "peak": peaks.peak, "cpu_s": round(_cpu_s() - c0, 1)}))
         return
     import torch  # noqa: F401 - the fixed cost of the libraries is in ``before``, not in the growth
     import transformers  # noqa: F401
 
-    before = status_bytes()
+    before = status_bytes(KEYS)
     c0, t0 = _cpu_s(), time.perf_counter()
-    with Peaks() as peaks:
+    with StatusPeaks(KEYS) as peaks:
         encode_corpus(args.model, passages, args.out, EncodeConfig(), num_shards=args.num_shards,
                       shard_id=args.shard_id, cache_dir=args.cache, progress=False)
     result = {"before": before, "peak": peaks.peak, "wall_s": round(time.perf_counter() - t0, 1),

@@ -32,7 +32,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -43,46 +42,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale_stats import growth_table  # noqa: E402
+from scale_stats import StatusPeaks, growth_table, status_bytes  # noqa: E402
 from scale_synth import tiny_model  # noqa: E402
 
 log = logging.getLogger("scale_pipeline")
-STATUS = Path("/proc/self/status")
-
-
-def _status_kb(*keys: str) -> dict[str, int]:
-    out = dict.fromkeys(keys, 0)
-    try:
-        for line in STATUS.read_text().splitlines():
-            key = line.split(":", 1)[0]
-            if key in out:
-                out[key] = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return out
-
-
-class StagePeak:
-    """The highest VmRSS and RssAnon while a stage runs (a sampling thread, every ``interval`` seconds)."""
-
-    def __init__(self, interval: float = 0.02) -> None:
-        self.interval, self.rss, self.anon = interval, 0, 0
-        self._stop = threading.Event()
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            now = _status_kb("VmRSS", "RssAnon")
-            self.rss, self.anon = max(self.rss, now["VmRSS"]), max(self.anon, now["RssAnon"])
-            time.sleep(self.interval)
-
-    def __enter__(self) -> "StagePeak":
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _cpu_s() -> float:
@@ -101,11 +64,11 @@ def instrument(stats: dict, on_stage=lambda: None) -> None:
         box: dict = {}
 
         def measured():
-            c0, t0, before = _cpu_s(), time.perf_counter(), _status_kb("VmRSS")["VmRSS"]
-            with StagePeak() as peak:
+            c0, t0, before = _cpu_s(), time.perf_counter(), status_bytes(("VmRSS",))["VmRSS"]
+            with StatusPeaks(("VmRSS", "RssAnon")) as peak:
                 fn()
-            box.update(wall_s=time.perf_counter() - t0, cpu_s=_cpu_s() - c0, peak_rss_bytes=peak.rss,
-                       peak_anon_bytes=peak.anon, rss_before_bytes=before)
+            box.update(wall_s=time.perf_counter() - t0, cpu_s=_cpu_s() - c0, peak_rss_bytes=peak.peak["VmRSS"],
+                       peak_anon_bytes=peak.peak["RssAnon"], rss_before_bytes=before)
 
         ran = real_run(self, name, measured, **kw)
         if ran:
@@ -168,10 +131,10 @@ def run_one(args: argparse.Namespace) -> None:
         cfg = compose("pipeline", overrides=overrides)
     instrument(stats, lambda: write_json_atomic(args.json, {"stages": stats, "overrides": overrides, "complete": False}))
     c0, t0 = _cpu_s(), time.perf_counter()
-    with StagePeak() as peak:
+    with StatusPeaks(("VmRSS", "RssAnon")) as peak:
         run_pipeline(cfg)
-    total = {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu_s() - c0, "peak_rss_bytes": peak.rss,
-             "peak_anon_bytes": peak.anon}
+    total = {"wall_s": time.perf_counter() - t0, "cpu_s": _cpu_s() - c0, "peak_rss_bytes": peak.peak["VmRSS"],
+             "peak_anon_bytes": peak.peak["RssAnon"]}
     write_json_atomic(args.json, {"stages": stats, "total": total, "overrides": overrides})
 
 

@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale_pipeline import StagePeak, tiny_model  # noqa: E402
+from scale_pipeline import tiny_model  # noqa: E402
+from scale_stats import StatusPeaks  # noqa: E402
 
 log = logging.getLogger("scale_retrieval")
 
@@ -76,13 +77,13 @@ def run_one(args: argparse.Namespace) -> None:
     if args.ids_as_strings:  # the named peer: every id a Python string
         storage.IdList.read = staticmethod(read_ids)  # type: ignore[method-assign]
     questions = [q for q, _ in read_questions(args.qa)]
-    with StagePeak() as peak:
+    with StatusPeaks(("VmRSS", "RssAnon")) as peak:
         t0 = time.perf_counter()
         retriever = DenseRetriever(args.model, args.index, None, index_device="cpu")
         ranked = retriever.search_ids(questions, k=100)
         seconds = time.perf_counter() - t0
     assert len(ranked) == len(questions)
-    Path(args.json).write_text(json.dumps({"peak_rss_bytes": peak.rss, "peak_anon_bytes": peak.anon,
+    Path(args.json).write_text(json.dumps({"peak_rss_bytes": peak.peak["VmRSS"], "peak_anon_bytes": peak.peak["RssAnon"],
                                            "seconds": seconds, "questions": len(questions)}))
 
 

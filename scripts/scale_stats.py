@@ -11,39 +11,49 @@ from typing import Mapping, Sequence
 STATUS = Path("/proc/self/status")
 
 
+def status_bytes(keys: Sequence[str] = ("VmRSS", "RssAnon", "RssFile")) -> dict[str, int]:
+    """These fields of this process's /proc status (VmRSS: all resident memory; RssAnon: heap, numpy and faiss
+    buffers; RssFile: pages of memory-mapped files), in bytes; 0 off Linux."""
+    out = dict.fromkeys(keys, 0)
+    try:
+        for line in STATUS.read_text().splitlines():
+            key = line.split(":", 1)[0]
+            if key in out:
+                out[key] = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return out
+
+
 def rss_anon_bytes() -> int:
     """Anonymous resident memory of this process (heap, numpy and faiss buffers), from /proc.
 
     Anonymous rather than total RSS: memory-mapped shard files and the page cache would otherwise
     count as the build's memory although the kernel can drop them at any time. 0 off Linux.
     """
-    try:
-        for line in STATUS.read_text().splitlines():
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return status_bytes(("RssAnon",))["RssAnon"]
 
 
-class PeakRSS:
-    """``with PeakRSS() as m: ...`` → ``m.peak_delta``: the highest anonymous RSS above the level at
-    entry, sampled every ``interval`` seconds by a thread (numpy and faiss release the GIL while they
-    work, so the sampler keeps running; a spike shorter than the interval can be missed)."""
+class StatusPeaks:
+    """``with StatusPeaks(keys) as p: ...`` → ``p.peak``: the highest value of each /proc status field in ``keys``
+    (bytes) while the block ran, sampled on entry, every ``interval`` seconds by a thread, and on exit."""
 
-    def __init__(self, interval: float = 0.02) -> None:
-        self.interval = interval
-        self.start = self.peak = 0
+    def __init__(self, keys: Sequence[str] = ("VmRSS", "RssAnon", "RssFile"), interval: float = 0.02) -> None:
+        self.keys, self.interval, self.peak = tuple(keys), interval, dict.fromkeys(keys, 0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def _take(self) -> None:
+        now = status_bytes(self.keys)
+        self.peak = {k: max(self.peak[k], now[k]) for k in self.keys}
+
     def _sample(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, rss_anon_bytes())
+            self._take()
             time.sleep(self.interval)
 
-    def __enter__(self) -> "PeakRSS":
-        self.start = self.peak = rss_anon_bytes()
+    def __enter__(self) -> "StatusPeaks":
+        self._take()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
@@ -52,11 +62,25 @@ class PeakRSS:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.peak = max(self.peak, rss_anon_bytes())
+        self._take()
+
+
+class PeakRSS(StatusPeaks):
+    """``with PeakRSS() as m: ...`` → ``m.peak_delta``: the highest anonymous RSS above the level at entry
+    (numpy and faiss release the GIL while they work, so the sampling thread keeps running; a spike shorter than
+    the interval can be missed)."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        super().__init__(("RssAnon",), interval)
+        self.start = 0
+
+    def __enter__(self) -> "PeakRSS":
+        self.start = rss_anon_bytes()
+        return super().__enter__()
 
     @property
     def peak_delta(self) -> int:
-        return max(0, self.peak - self.start)
+        return max(0, self.peak["RssAnon"] - self.start)
 
 
 def growth_exponent(sizes: Sequence[float], values: Sequence[float]) -> float | None:
