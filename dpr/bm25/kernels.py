@@ -169,17 +169,26 @@ def shard_candidates(data, indices, indptr, n_docs, q_terms, q_ptr, k, start):
 
 
 @_jit
-def pool_keep(counts, vals, k):
-    """Which of the shards' candidates (``counts[s, q]`` each, shard after shard, query after query within
-    a shard) can be in their query's top k: the pool's k-th best partial score within `SLACK`."""
+def _starts(counts):
+    """Where shard s's candidates of query q start in the flat arrays (shard after shard, query after query
+    within a shard), and how many there are in all."""
     n_shards, n_q = counts.shape
-    first = np.zeros((n_shards, n_q), np.int64)  # where shard s's candidates of query q start
+    first = np.zeros((n_shards, n_q), np.int64)
     at = 0
     for s in range(n_shards):
         for q in range(n_q):
             first[s, q] = at
             at += counts[s, q]
-    keep = np.ones(at, np.bool_)
+    return first, at
+
+
+@_jit
+def pool_keep(counts, vals, k):
+    """Which of the shards' candidates (``counts[s, q]`` each, shard after shard, query after query within
+    a shard) can be in their query's top k: the pool's k-th best partial score within `SLACK`."""
+    n_shards, n_q = counts.shape
+    first, total = _starts(counts)
+    keep = np.ones(total, np.bool_)
     for q in range(n_q):
         total = 0
         for s in range(n_shards):
@@ -217,12 +226,7 @@ def finish(counts, rows, scores, keep, out_rows, out_scores):
     candidates by exact score, best first, equal scores by row; then the rows scoring 0, lowest first."""
     n_shards, n_q = counts.shape
     k = out_rows.shape[1]
-    first = np.zeros((n_shards, n_q), np.int64)
-    at = 0
-    for s in range(n_shards):
-        for q in range(n_q):
-            first[s, q] = at
-            at += counts[s, q]
+    first, _ = _starts(counts)
     for q in range(n_q):
         n = 0
         for s in range(n_shards):
