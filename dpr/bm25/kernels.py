@@ -1,5 +1,6 @@
-"""Compiled BM25 top-k kernels (numba, ``nogil``): one shard's top k for a batch of queries, and the merge
-of the shards' tops.
+"""Compiled BM25 top-k kernels (numba, ``nogil``) for a batch of queries: each shard's candidates
+(`shard_candidates`), those of all shards that can be in the top k (`pool_keep`), their exact scores
+(`exact_scores`) and the top k (`finish`).
 
 Why compiled: adding a query's postings into an accumulator is a scatter-add, which numpy can only do as
 one call per (query, term) with the GIL held between them, at ~10 ns a posting; a compiled loop adds a
@@ -7,13 +8,14 @@ posting in ~1 ns and releases the GIL for a whole batch of queries, so threads s
 
 Per query and shard: the query terms' postings are added into a float32 accumulator of one cell per
 passage of the shard (only the postings are read; the accumulator is zeroed with one sequential pass).
-The top k is then found without sorting the shard: a threshold from a strided sample of the accumulator
-(set to let about 8k passages through; lowered if fewer than k pass), one sequential pass keeping the
-passages above it, and a partition of those. The float32 sums only pick candidates: a relative slack (`SLACK`) keeps every passage
-whose exact score could tie with the k-th, and the candidates' scores are recomputed by summing their
-weights in the query's own term order in float64, rounded to float32: the same arithmetic, in the same
-order, as the dense ``np.bincount`` of `dpr.bm25.search.score_matrix`, hence bit-identical scores and the
-same order (best first, equal scores by row).
+The candidates are then found without sorting the shard: a threshold from a strided sample of the
+accumulator (set to let about 8k passages through; lowered if fewer than k pass), one sequential pass
+keeping the passages above it, and a partition of those. The float32 sums only pick candidates: a
+relative slack (`SLACK`) keeps every passage whose exact score could tie with the k-th, in the shard and
+then across shards, and only those left are scored again by summing their weights in the query's own term
+order in float64, rounded to float32: the same arithmetic, in the same order, as the dense ``np.bincount``
+of `dpr.bm25.search.score_matrix`, hence bit-identical scores and the same order (best first, equal scores
+by row).
 """
 
 from __future__ import annotations

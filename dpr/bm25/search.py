@@ -3,8 +3,8 @@
 The top k (`search_indices`) adds only the query terms' posting lists into a per-passage accumulator and
 picks the top from it without sorting (`dpr.bm25.kernels`, exact: the scores and order of the dense
 scoring), shard by shard for a sharded index, merging the shards' tops. The kernels are compiled and
-release the GIL, so batches of queries run on threads, all cores unless told otherwise. `score_matrix` gives the dense scores
-of every passage, for callers that need them all (the BM25 teacher).
+release the GIL, so batches of queries run on threads, all cores unless told otherwise. `score_matrix`
+gives the dense scores of every passage, for callers that need them all (the BM25 teacher).
 """
 
 from __future__ import annotations
@@ -163,6 +163,7 @@ def search_indices(
         return span
 
     token_ids = _query_token_ids(index, queries)
+    _lists(index)  # once, before the threads: each would otherwise check the whole index on a first search
     if threads > 1 and len(spans) > 1:
         from concurrent.futures import ThreadPoolExecutor
 
