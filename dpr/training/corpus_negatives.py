@@ -150,11 +150,12 @@ class CorpusNegatives:
 
         if len(self.my_rows()) == len(self.ids):
             return vecs
-        world, n = dist.world_size(), len(self.ids)
-        sizes = [len(range(r, n, world)) for r in range(world)]
+        world = dist.world_size()
+        slices = [slice_rows(len(self.ids), r, world) for r in range(world)]
         with torch.no_grad():
-            gathered = dist.all_gather_with_grad(vecs.detach().float().to(dist.device()).contiguous(), sizes).cpu()
-        order = torch.cat([torch.arange(r, n, world) for r in range(world)])
+            gathered = dist.all_gather_with_grad(vecs.detach().float().to(dist.device()).contiguous(),
+                                                 [len(s) for s in slices]).cpu()
+        order = torch.cat([torch.arange(s.start, s.stop, s.step) for s in slices])
         out = torch.empty_like(gathered)
         out[order] = gathered
         return out
