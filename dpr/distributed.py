@@ -12,8 +12,10 @@ every reader of RANK / WORLD_SIZE sees the same ranks. torchrun's variables win 
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import time
 from datetime import timedelta
 from typing import Any, Sequence
 
@@ -45,6 +47,8 @@ def init_distributed(backend: str | None = None, timeout_s: float = 1800.0) -> b
         torch.cuda.set_device(cuda_index())
     backend = backend or ("nccl" if use_cuda else "gloo")
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    if backend == "gloo":
+        atexit.register(cleanup)  # while the interpreter is whole: see cleanup
     log.info("distributed: rank %d/%d (local %d), backend %s", rank(), world_size(), local_rank(), backend)
     return world_size() > 1
 
@@ -267,7 +271,24 @@ def all_to_all_rows(chunks: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return list(recv.cpu().split(recv_counts.tolist()))
 
 
+# How long gloo's worker threads are given, after the group is left, to let go of finished collectives' tensors.
+GLOO_SETTLE_S = 0.05
+
+
 def cleanup() -> None:
-    """Leave the process group (end of a run)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the process group (end of a run); a no-op outside one. :func:`init_distributed` registers it at exit
+    under gloo, so every command leaves the group before the interpreter shuts down.
+
+    Why gloo needs this: its worker threads drop a finished collective's tensors after the caller has already
+    returned, and dropping a tensor Python also holds takes the GIL. A thread still waiting for the GIL when the
+    interpreter finalises is ended mid-unwind and the process aborts (SIGABRT after a run that succeeded, so
+    torchrun reports the job failed). A DistributedDataParallel model keeps the group alive past
+    ``destroy_process_group``, so the threads are not joined there; sleeping releases the GIL and lets them
+    finish first.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    gloo = dist.get_backend() == "gloo"
+    dist.destroy_process_group()
+    if gloo:
+        time.sleep(GLOO_SETTLE_S)

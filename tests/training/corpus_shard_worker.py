@@ -10,8 +10,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import torch  # noqa: E402
-
 from dpr import distributed as dist  # noqa: E402
 
 TEXTS = [f"passage {i} about topic {i % 5} and its many words" for i in range(11)]
@@ -53,8 +51,7 @@ def main() -> None:
         "encoded": encoded, "vectors": corpus.vectors.tolist(), "steps": summary["steps"],
         "world": summary["world_size"]}))
     dist.barrier()
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    dist.cleanup()
 
 
 if __name__ == "__main__":

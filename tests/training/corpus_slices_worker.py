@@ -137,8 +137,7 @@ def main() -> None:
               "training": training(args.model_dir, args.data_dir, out)}
     (out / f"rank{dist.rank()}.json").write_text(json.dumps(result))
     dist.barrier()
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    dist.cleanup()
 
 
 if __name__ == "__main__":
