@@ -63,6 +63,9 @@ class BM25Index:
     meta: dict[str, Any] = field(default_factory=dict)
     shards: list[Shard] | None = None
     shard_root: Path | None = None
+    # every posting list's rows ascend: our builders write them so and the meta file records it; an index without
+    # the record (another tool's) is checked once before it is searched, which reads all of its postings
+    rows_ascend: bool = False
     # the postings in the search kernels' form, with each term's largest weight (dpr.bm25.search; made on first use)
     search_lists: list[Any] | None = field(default=None, repr=False, compare=False)
 
@@ -167,7 +170,7 @@ def build_index_from_rows(
     retriever.nonoccurrence_array = None
     log.info("BM25 index: %d passages, %d terms (k1=%s b=%s stopwords=%s stemmer=%s)", len(ids),
              len(tokenizer.get_vocab_dict()), params["k1"], params["b"], params["stopwords"], params["stemmer"])
-    return BM25Index(retriever=retriever, tokenizer=tokenizer, ids=ids, params=params)
+    return BM25Index(retriever=retriever, tokenizer=tokenizer, ids=ids, params=params, rows_ascend=True)
 
 
 def _build_sharded(tokenizer, ids: list[str], params: dict[str, Any], first, stream, shard_passages: int,
@@ -185,7 +188,8 @@ def _build_sharded(tokenizer, ids: list[str], params: dict[str, Any], first, str
     log.info("BM25 index: %d passages in %d shards, %d terms (k1=%s b=%s stopwords=%s stemmer=%s)", len(ids),
              len(shards), len(tokenizer.get_vocab_dict()), params["k1"], params["b"], params["stopwords"],
              params["stemmer"])
-    index = BM25Index(retriever=None, tokenizer=tokenizer, ids=ids, params=params, shards=shards, shard_root=root)
+    index = BM25Index(retriever=None, tokenizer=tokenizer, ids=ids, params=params, shards=shards, shard_root=root,
+                      rows_ascend=True)  # postings_csc sorts by term, then passage
     if owned:
         weakref.finalize(index, shutil.rmtree, str(root), True)
     return index
@@ -246,7 +250,7 @@ def save_index(index: BM25Index, index_dir: str | Path) -> Path:
                 f.write(pid + "\n")
         write_json_atomic(tmp / META_FILE, {
             **layout, "params": index.params, "num_passages": len(index.ids),
-            "bm25s_version": bm25s.__version__, **index.meta,
+            "bm25s_version": bm25s.__version__, **index.meta, **({"rows_ascend": True} if index.rows_ascend else {}),
         })
     return index_dir
 
@@ -276,9 +280,9 @@ def load_index(index_dir: str | Path, mmap: bool = False) -> BM25Index:
     if len(ids) != meta["num_passages"] or len(ids) != indexed:
         raise DataError(index_dir / IDS_FILE, f"{len(ids)} ids for {indexed} indexed passages", field="id")
     extra = {k: v for k, v in meta.items()
-             if k not in ("format", "params", "num_passages", "bm25s_version", "shards")}
+             if k not in ("format", "params", "num_passages", "bm25s_version", "shards", "rows_ascend")}
     return BM25Index(retriever=retriever, tokenizer=tokenizer, ids=ids, params=params, meta=extra, shards=shards,
-                     shard_root=index_dir if shards is not None else None)
+                     shard_root=index_dir if shards is not None else None, rows_ascend=meta.get("rows_ascend") is True)
 
 
 def get_or_build_index(passages_path: str | Path, index_dir: str | Path,

@@ -88,7 +88,7 @@ def _readonly(a: np.ndarray, dtype) -> np.ndarray:
 
 
 def _lists(index: BM25Index) -> list[_Lists]:
-    """The index's postings in the kernels' form (made once per index: one pass over the rows)."""
+    """The index's postings in the kernels' form (made once per index)."""
     from dpr.bm25 import kernels  # numba: imported by the processes that search, not by all that import dpr.bm25
 
     if index.search_lists is None:
@@ -97,7 +97,8 @@ def _lists(index: BM25Index) -> list[_Lists]:
             p = shard.scores
             data, indices = _readonly(p["data"], np.float32), _readonly(p["indices"], np.int32)
             indptr = _readonly(p["indptr"], np.int64)
-            if not kernels.rows_ascend(indices, indptr):  # an index written by other tools: sort each list once
+            # an index without the record (written by other tools) is checked, and its lists sorted once if need be
+            if not index.rows_ascend and not kernels.rows_ascend(indices, indptr):
                 data, indices = (_readonly(a, a.dtype) for a in kernels.sort_lists(data, indices, indptr))
             made.append(_Lists(shard.start, shard.num_docs, data, indices, indptr))
         index.search_lists = made
