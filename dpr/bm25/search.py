@@ -9,6 +9,7 @@ gives the dense scores of every passage, for callers that need them all (the BM2
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, NamedTuple, Sequence
 
@@ -17,6 +18,8 @@ from tqdm import tqdm
 
 from dpr.bm25.index import BM25Index
 from dpr.checks import MAX_K, check_int
+
+log = logging.getLogger(__name__)
 
 # Queries per batch (a thread's unit of work); a batch's memory is its results plus one shard's accumulator.
 QUERY_BATCH = 256
@@ -87,6 +90,19 @@ def _readonly(a: np.ndarray, dtype) -> np.ndarray:
     return view
 
 
+# Posting lists of a recorded index (its meta file says its rows ascend) checked before it is trusted: a few evenly
+# spaced lists, a few pages, catch an index whose files were replaced or edited by hand since it was recorded.
+SAMPLE_LISTS = 64
+
+
+def _sample_ascends(indices: np.ndarray, indptr: np.ndarray) -> bool:
+    """Whether the rows of up to `SAMPLE_LISTS` evenly spaced posting lists ascend (reads only those lists)."""
+    if indptr.shape[0] < 2:  # no terms
+        return True
+    terms = np.unique(np.linspace(0, indptr.shape[0] - 2, num=SAMPLE_LISTS).astype(np.int64))
+    return all(bool(np.all(np.diff(indices[indptr[t]:indptr[t + 1]]) > 0)) for t in terms)
+
+
 def _lists(index: BM25Index) -> list[_Lists]:
     """The index's postings in the kernels' form (made once per index)."""
     from dpr.bm25 import kernels  # numba: imported by the processes that search, not by all that import dpr.bm25
@@ -97,8 +113,13 @@ def _lists(index: BM25Index) -> list[_Lists]:
             p = shard.scores
             data, indices = _readonly(p["data"], np.float32), _readonly(p["indices"], np.int32)
             indptr = _readonly(p["indptr"], np.int64)
-            # an index without the record (written by other tools) is checked, and its lists sorted once if need be
-            if not index.rows_ascend and not kernels.rows_ascend(indices, indptr):
+            # an index without the record (written by other tools), or whose sampled lists belie it, is checked in
+            # full (every posting read once), and its lists sorted once if need be
+            trusted = index.rows_ascend and _sample_ascends(indices, indptr)
+            if index.rows_ascend and not trusted:
+                log.warning("BM25 index records that its rows ascend, but a sampled posting list's do not: checking "
+                            "every list of shard at row %d", shard.start)
+            if not trusted and not kernels.rows_ascend(indices, indptr):
                 data, indices = (_readonly(a, a.dtype) for a in kernels.sort_lists(data, indices, indptr))
             made.append(_Lists(shard.start, shard.num_docs, data, indices, indptr))
         index.search_lists = made

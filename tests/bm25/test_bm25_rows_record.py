@@ -62,3 +62,18 @@ def test_an_index_without_the_record_is_checked(saved, monkeypatch):
     assert not index.rows_ascend
     _search(index)
     assert len(calls) == len(index.postings())
+
+
+@pytest.mark.parametrize("shard_passages", [None, 25], ids=["one-shot", "sharded"])
+def test_a_record_that_sampled_lists_belie_is_not_trusted(shard_passages):
+    kw = {} if shard_passages is None else {"shard_passages": shard_passages}
+    want = _search(bm25.build_index_from_rows(_rows(TEXTS), stopwords=None, **kw))
+    index = bm25.build_index_from_rows(_rows(TEXTS), stopwords=None, **kw)
+    for shard in index.postings():  # every list's rows descending, as a hand edit of the files could leave them
+        p = shard.scores
+        data, indices, indptr = np.array(p["data"]), np.array(p["indices"]), np.asarray(p["indptr"])
+        for lo, hi in zip(indptr[:-1], indptr[1:]):
+            data[lo:hi], indices[lo:hi] = data[lo:hi][::-1].copy(), indices[lo:hi][::-1].copy()
+        p["data"], p["indices"] = data, indices
+    assert index.rows_ascend
+    _same(_search(index), want)
