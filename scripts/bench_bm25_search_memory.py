@@ -37,8 +37,11 @@ def variant(index_dir: Path, out: Path, record: bool) -> Path:
     """``out``: ``index_dir``'s files as symlinks, and a meta file with or without the record."""
     out.mkdir(parents=True, exist_ok=True)
     for f in index_dir.iterdir():
-        if f.name != META and not (out / f.name).exists():
-            (out / f.name).symlink_to(f.resolve())
+        if f.name != META:
+            link = out / f.name
+            if link.is_symlink():  # made for another index by an earlier run in the same work directory
+                link.unlink()
+            link.symlink_to(f.resolve())
     meta = json.loads((index_dir / META).read_text())
     meta.pop("rows_ascend", None)
     if record:
@@ -83,7 +86,7 @@ def main() -> None:
         d = variant(index_dir, work / name, record)
         cmd = [sys.executable, __file__, str(index_dir), "--queries", str(args.queries), "--k", str(args.k),
                "--data-dir", args.data_dir, "--dataset", args.dataset, "--child", str(d)]
-        results[name] = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        results[name] = json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
                                    .strip().splitlines()[-1])
     same = results["with_record"]["rows_sha256"] == results["without_record"]["rows_sha256"]
     print(json.dumps({"index": str(index_dir), "queries": args.queries, "k": args.k, "same_rows": same,

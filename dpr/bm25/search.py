@@ -91,8 +91,9 @@ def _readonly(a: np.ndarray, dtype) -> np.ndarray:
 
 
 # Posting lists of a recorded index (its meta file says its rows ascend) checked before it is trusted: a few evenly
-# spaced lists, a few pages, catch an index whose files were replaced or edited by hand since it was recorded.
-SAMPLE_LISTS = 64
+# spaced lists a shard (about 100 KiB of file pages each, with the kernel's read-ahead) catch an index whose files
+# were replaced or edited by hand since it was recorded.
+SAMPLE_LISTS = 16
 
 
 def _sample_ascends(indices: np.ndarray, indptr: np.ndarray) -> bool:
