@@ -41,6 +41,7 @@ from dpr.encode_config import DenseConfig, EncodeConfig, register_schema as regi
 from dpr.launch import register_schema as register_launch
 from dpr.pipeline_scale import ScaleConfig, register_schema as register_scale
 from dpr.eval.config import BootstrapConfig, EvalConfig, register_schema as register_eval
+from dpr.index.config import BuildOptions
 from dpr.models import BiEncoderConfig
 from dpr.negatives import bm25_config as mining_config
 from dpr.negatives.config import register_schema as register_remine
@@ -95,21 +96,9 @@ class DataSchema:
     seed: Optional[int] = ranged(None, 0, SEED_MAX)
 
 
-@dataclass
-class IndexSchema:
-    # null = auto (FAISS's default, or the value derived from the data / saved in the index); 0 is refused
-    # (faiss reads 0 lists or a 0-wide beam as "return nothing", and HNSW0 aborts the process)
-    factory: str = "Flat"      # parsed by dpr.index.factory before FAISS sees it
-    metric: str = "ip"
-    device: str = "cpu"
-    add_batch_size: int = ranged(65536, 1, INT32_MAX)
-    ef_construction: Optional[int] = ranged(None, 1, INT32_MAX, note="null = faiss's 40")
-    ef_search: Optional[int] = ranged(None, 1, INT32_MAX, note="null = faiss's 16 / as saved")
-    nlist: Optional[int] = ranged(None, 1, INT32_MAX, note="null = about 4*sqrt(N)")
-    m: Optional[int] = ranged(None, 1, INT32_MAX, note="null = largest divisor of dim <= dim/8")
-    train_sample: Optional[int] = ranged(None, 1, INT32_MAX, note="null = every vector")
-    nprobe: Optional[int] = ranged(None, 1, INT32_MAX, note="null = faiss's 1 / as saved")
-    seed: Optional[int] = ranged(None, 0, SEED_MAX)
+# dpr-index's / dpr-pipeline's ``index`` section: generated from BuildOptions (dpr/index/config.py), the one
+# declaration of its keys, defaults and ranges
+IndexSchema = command_schema("IndexSchema", BuildOptions)
 
 
 @dataclass

@@ -13,7 +13,6 @@ import logging
 import math
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,9 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
-from dpr.checks import INT32_MAX, SEED_MAX, check_int, check_optional_int
-from dpr.config import with_overrides
+from dpr.checks import INT32_MAX, check_int, check_optional_int
 from dpr.index import gpu
+from dpr.index.config import RANGED_FIELDS, BuildOptions, field_range
 from dpr.index.factory import check_filled, parse_factory
 from dpr.index.shards import embeddings_info, gather_rows, iter_batches, list_shards
 
@@ -67,12 +66,11 @@ def resolve_factory(factory: str, dim: int, count: int, train_count: int | None 
 def check_build_params(train_sample: int | None = None, add_batch_size: int = 65_536,
                        ef_construction: int | None = None, ef_search: int | None = None,
                        nprobe: int | None = None, seed: int = 0) -> None:
-    """The numeric build settings in range (null = auto, as `dpr.cli.schemas.IndexSchema` documents; 0 refused)."""
-    check_optional_int("index.train_sample", train_sample, 1, INT32_MAX, " (null = every vector)")
-    check_int("index.add_batch_size", add_batch_size, 1, INT32_MAX)
-    check_optional_int("index.ef_construction", ef_construction, 1, INT32_MAX)
-    check_search_params(nprobe=nprobe, ef_search=ef_search)
-    check_int("index.seed", seed, 0, SEED_MAX)
+    """The numeric build settings in the ranges `BuildOptions`' fields declare (null = auto; 0 refused)."""
+    given = {"train_sample": train_sample, "add_batch_size": add_batch_size, "ef_construction": ef_construction,
+             "ef_search": ef_search, "nprobe": nprobe, "seed": seed}
+    for name, value in given.items():
+        _check_field(name, value)
 
 
 def check_search_params(nprobe: int | None = None, ef_search: int | None = None) -> None:
@@ -110,41 +108,23 @@ def set_search_params(index: faiss.Index, nprobe: int | None = None, ef_search: 
             log.debug("index has no efSearch; ignored")
 
 
-@dataclass(frozen=True)
-class BuildOptions:
-    """How `build_index` builds an index: the ``index`` section of ``dpr-index`` and ``dpr-pipeline`` (their keys and
-    ranges: `dpr.cli.schemas.IndexSchema`). Checked by `check_build_options` before any shard is read."""
-
-    factory: str = "Flat"  # a faiss factory string (`dpr.index.factory`); {nlist} and {m} filled from the data
-    metric: str = "ip"  # ip | l2
-    train_sample: int | None = 262_144  # vectors (uniform, seeded) that train IVF/PQ; None = every vector
-    add_batch_size: int = 65_536  # vectors per add() call, read from the memory-mapped shards
-    device: str = "cpu"  # cpu | gpu (IVF: k-means and adds on every GPU; flat and HNSW are built on CPU)
-    nlist: int | None = None  # IVF lists; None = about 4*sqrt(N)
-    m: int | None = None  # PQ sub-quantizers; None = the largest divisor of dim <= dim/8
-    ef_construction: int | None = None  # HNSW build beam; None = faiss's
-    ef_search: int | None = None  # HNSW search beam saved in the index; None = faiss's
-    nprobe: int | None = None  # IVF lists searched, saved in the index; None = faiss's
-    seed: int = 0  # the training sample's seed
-
-    @classmethod
-    def of(cls, options: "BuildOptions | None" = None, **settings: Any) -> "BuildOptions":
-        """``options`` (the defaults when None) with the keyword ``settings`` replaced, each one of its fields
-        (`dpr.config.with_overrides`: a TypeError naming any other and the fields)."""
-        return with_overrides(options or cls(), settings, "build_index()")
-
-
 def check_build_options(opts: BuildOptions) -> None:
-    """Every build setting, before the shards are read (one-line ValueError/TypeError)."""
+    """Every build setting, before the shards are read (one-line ValueError/TypeError); the numeric ones against
+    the ranges their fields declare (`dpr.index.config`)."""
     if opts.metric not in METRICS:
         raise ValueError(f"metric must be one of {sorted(METRICS)}, got {opts.metric!r}")
     if opts.device not in ("cpu", "gpu"):
         raise ValueError(f"device must be 'cpu' or 'gpu', got {opts.device!r}")
     parse_factory(opts.factory)
-    check_build_params(opts.train_sample, opts.add_batch_size, opts.ef_construction, opts.ef_search, opts.nprobe,
-                       opts.seed)
-    check_optional_int("index.nlist", opts.nlist, 1, INT32_MAX, " (null = about 4*sqrt(N))")
-    check_optional_int("index.m", opts.m, 1, INT32_MAX, " (null = largest divisor of dim <= dim/8)")
+    for name in RANGED_FIELDS:
+        _check_field(name, getattr(opts, name))
+
+
+def _check_field(name: str, value: Any) -> None:
+    """``value`` of BuildOptions' field ``name`` in its declared range; null only where the field allows it."""
+    rng, nullable = field_range(name)
+    check = check_optional_int if nullable else check_int
+    check(f"index.{name}", value, int(rng.lo), int(rng.hi), f" ({rng.note})" if rng.note else "")
 
 
 def build_index(embeddings_dir: str | Path, options: BuildOptions | None = None,
