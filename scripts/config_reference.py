@@ -34,7 +34,7 @@ SECTIONS = (
     ("bm25.", "dpr.negatives.bm25_config:BM25MiningConfig", "BM25 hard-negative mining"),
     ("", "dpr.bm25.config:BM25BuildConfig", "how `dpr-bm25` builds the BM25 index (keys at its root)"),
     ("", "dpr.bm25.config:BM25SearchConfig", "how `dpr-bm25` searches the BM25 index (keys at its root)"),
-    ("index.", "dpr.index.config:BuildOptions", "the FAISS index (`dpr-index`, `dpr-pipeline index.`)"),
+    ("index.", "dpr.index_config:BuildOptions", "the FAISS index (`dpr-index`, `dpr-pipeline index.`)"),
     ("remine.", "dpr.negatives.config:RemineConfig", "re-mining rounds (`dpr-pipeline train.rounds=N`)"),
     ("encode.", "dpr.encode_config:EncodeConfig", "passage export (`dpr-encode` at the root, `dpr-pipeline encode.`)"),
     ("dense.", "dpr.encode_config:DenseConfig", "the pipeline's dense systems"),

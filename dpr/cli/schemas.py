@@ -41,7 +41,7 @@ from dpr.encode_config import DenseConfig, EncodeConfig, register_schema as regi
 from dpr.launch import register_schema as register_launch
 from dpr.pipeline_scale import ScaleConfig, register_schema as register_scale
 from dpr.eval.config import BootstrapConfig, EvalConfig, register_schema as register_eval
-from dpr.index.config import BuildOptions
+from dpr.index_config import BuildOptions
 from dpr.models import BiEncoderConfig
 from dpr.negatives import bm25_config as mining_config
 from dpr.negatives.config import register_schema as register_remine

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from dpr.checks import INT32_MAX, check_int, check_optional_int
 from dpr.index import gpu
-from dpr.index.config import RANGED_FIELDS, BuildOptions, field_range
+from dpr.index_config import RANGED_FIELDS, BuildOptions, field_range
 from dpr.index.factory import check_filled, parse_factory
 from dpr.index.shards import embeddings_info, gather_rows, iter_batches, list_shards
 
@@ -110,7 +110,7 @@ def set_search_params(index: faiss.Index, nprobe: int | None = None, ef_search: 
 
 def check_build_options(opts: BuildOptions) -> None:
     """Every build setting, before the shards are read (one-line ValueError/TypeError); the numeric ones against
-    the ranges their fields declare (`dpr.index.config`)."""
+    the ranges their fields declare (`dpr.index_config`)."""
     if opts.metric not in METRICS:
         raise ValueError(f"metric must be one of {sorted(METRICS)}, got {opts.metric!r}")
     if opts.device not in ("cpu", "gpu"):

@@ -1,16 +1,18 @@
-"""The ``index`` section is declared once (`dpr.index.config.BuildOptions`): the commands' schema has the same keys,
+"""The ``index`` section is declared once (`dpr.index_config.BuildOptions`): the commands' schema has the same keys,
 types, defaults and ranges, and `check_build_options` refuses exactly what those ranges refuse."""
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import typing
 
 import pytest
 
 from dpr.cli.schemas import IndexSchema, SCHEMAS
 from dpr.index.build import BuildOptions, check_build_options
-from dpr.index.config import RANGED_FIELDS, field_range
+from dpr.index_config import RANGED_FIELDS, field_range
 
 
 def _declared(cls: type) -> list[tuple]:
@@ -42,3 +44,9 @@ def test_the_check_reads_each_declared_range(name):
     else:
         with pytest.raises(TypeError, match=f"index.{name} must be an integer"):
             check_build_options(BuildOptions(**{name: None}))
+
+
+def test_the_commands_schemas_read_the_declaration_without_importing_faiss():
+    # every command checks its config first; faiss (and its load messages on stderr) is for the commands that index
+    code = "import sys, dpr.cli.schemas; assert 'faiss' not in sys.modules, 'faiss imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -3,7 +3,8 @@
 
 ``conf/index/{flat,hnsw,ivfpq}.yaml`` set some keys; a key they leave out takes the default here. The commands'
 schema (`dpr.cli.schemas.IndexSchema`) is generated from these fields, and `dpr.index.build.check_build_options`
-reads the same ranges, so a range is written once.
+reads the same ranges, so a range is written once. A module of its own, outside `dpr.index`, so that the commands'
+schemas read it without importing faiss (as `dpr.encode_config` is to `dpr.encode`).
 """
 
 from __future__ import annotations
