@@ -17,9 +17,6 @@ from typing import Any, Optional
 from dpr.checks import INT32_MAX, SEED_MAX
 from dpr.config import ranged, with_overrides
 
-_AUTO = "null = "  # null = auto (the value derived from the data, faiss's, or the one saved in the index)
-
-
 @dataclass(frozen=True)
 class BuildOptions:
     """How `build_index` builds an index: the ``index`` section of ``dpr-index`` and ``dpr-pipeline``. Checked by
@@ -29,17 +26,17 @@ class BuildOptions:
     factory: str = "Flat"  # a faiss factory string (dpr.index.factory); {nlist} and {m} filled from the data
     metric: str = "ip"  # ip | l2 (cosine models store unit vectors, so ip = cosine)
     # vectors (uniform, seeded) that train IVF/PQ
-    train_sample: Optional[int] = ranged(262_144, 1, INT32_MAX, note=_AUTO + "every vector")
+    train_sample: Optional[int] = ranged(262_144, 1, INT32_MAX, note="null = every vector")
     add_batch_size: int = ranged(65_536, 1, INT32_MAX)  # vectors per add() call, read from the memory-mapped shards
     device: str = "cpu"  # cpu | gpu (IVF: k-means and adds on every GPU; flat and HNSW are built on CPU)
-    nlist: Optional[int] = ranged(None, 1, INT32_MAX, note=_AUTO + "about 4*sqrt(N)")  # IVF lists
+    nlist: Optional[int] = ranged(None, 1, INT32_MAX, note="null = about 4*sqrt(N)")  # IVF lists
     # PQ sub-quantizers (must divide the dimension)
-    m: Optional[int] = ranged(None, 1, INT32_MAX, note=_AUTO + "largest divisor of dim <= dim/8")
-    ef_construction: Optional[int] = ranged(None, 1, INT32_MAX, note=_AUTO + "faiss's 40")  # HNSW build beam
+    m: Optional[int] = ranged(None, 1, INT32_MAX, note="null = largest divisor of dim <= dim/8")
+    ef_construction: Optional[int] = ranged(None, 1, INT32_MAX, note="null = faiss's 40")  # HNSW build beam
     # HNSW search beam saved in the index
-    ef_search: Optional[int] = ranged(None, 1, INT32_MAX, note=_AUTO + "faiss's 16 / as saved")
+    ef_search: Optional[int] = ranged(None, 1, INT32_MAX, note="null = faiss's 16 / as saved")
     # IVF lists searched, saved in the index
-    nprobe: Optional[int] = ranged(None, 1, INT32_MAX, note=_AUTO + "faiss's 1 / as saved")
+    nprobe: Optional[int] = ranged(None, 1, INT32_MAX, note="null = faiss's 1 / as saved")
     seed: int = ranged(0, 0, SEED_MAX)  # the training sample's seed
 
     @classmethod

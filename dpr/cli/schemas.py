@@ -34,7 +34,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dpr import encode_config
-from dpr.checks import INT32_MAX, MAX_SHARDS, SEED, SEED_MAX
+from dpr.checks import MAX_SHARDS, SEED, SEED_MAX
 from dpr.bm25.config import BM25BuildConfig, BM25Config, BM25SearchConfig, register_schema as register_bm25
 from dpr.cli.ranges import check_config_ranges, ranged
 from dpr.encode_config import DenseConfig, EncodeConfig, register_schema as register_encode
@@ -96,7 +96,7 @@ class DataSchema:
     seed: Optional[int] = ranged(None, 0, SEED_MAX)
 
 
-# dpr-index's / dpr-pipeline's ``index`` section: generated from BuildOptions (dpr/index/config.py), the one
+# dpr-index's / dpr-pipeline's ``index`` section: generated from BuildOptions (dpr/index_config.py), the one
 # declaration of its keys, defaults and ranges
 IndexSchema = command_schema("IndexSchema", BuildOptions)
 

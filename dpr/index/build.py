@@ -4,7 +4,7 @@ The factory strings of `dpr.index.factory` work (parsed and checked before faiss
 placeholders are filled from the data so one config fits every corpus: ``{nlist}`` (IVF lists,
 ≈ 4·sqrt(N) unless set) and ``{m}`` (PQ sub-quantizers, must divide the dimension; default the
 largest divisor ≤ dim/8, i.e. 48 for MiniLM's 384). Every numeric parameter is checked first
-(null = auto, 0 refused: `check_build_params`).
+(null = auto, 0 refused: `check_build_options`).
 """
 
 from __future__ import annotations
@@ -52,8 +52,7 @@ def resolve_factory(factory: str, dim: int, count: int, train_count: int | None 
     data before faiss sees it (faiss aborts the process on some strings and fails with C++ errors on others)."""
     train_count = count if train_count is None else train_count
     parse_factory(factory)  # the form and its literal numbers, before anything is filled in
-    nlist = check_optional_int("index.nlist", nlist, 1, INT32_MAX, " (null = about 4*sqrt(N))")
-    m = check_optional_int("index.m", m, 1, INT32_MAX, " (null = largest divisor of dim <= dim/8)")
+    nlist, m = _check_field("nlist", nlist), _check_field("m", m)
     factory = factory.strip()
     if "{nlist}" in factory:
         factory = factory.replace("{nlist}", str(nlist or default_nlist(count, train_count)))
@@ -61,16 +60,6 @@ def resolve_factory(factory: str, dim: int, count: int, train_count: int | None 
         factory = factory.replace("{m}", str(m or default_pq_m(dim)))
     check_filled(parse_factory(factory), dim, train_count)
     return factory
-
-
-def check_build_params(train_sample: int | None = None, add_batch_size: int = 65_536,
-                       ef_construction: int | None = None, ef_search: int | None = None,
-                       nprobe: int | None = None, seed: int = 0) -> None:
-    """The numeric build settings in the ranges `BuildOptions`' fields declare (null = auto; 0 refused)."""
-    given = {"train_sample": train_sample, "add_batch_size": add_batch_size, "ef_construction": ef_construction,
-             "ef_search": ef_search, "nprobe": nprobe, "seed": seed}
-    for name, value in given.items():
-        _check_field(name, value)
 
 
 def check_search_params(nprobe: int | None = None, ef_search: int | None = None) -> None:
@@ -82,8 +71,9 @@ def _train_count(count: int, train_sample: int | None) -> int:
     return count if train_sample is None else min(int(train_sample), count)
 
 
-def planned_factory(embeddings_dir: str | Path, factory: str = "Flat", train_sample: int | None = 262_144,
-                    nlist: int | None = None, m: int | None = None, **unused: Any) -> str:
+def planned_factory(embeddings_dir: str | Path, factory: str = BuildOptions.factory,
+                    train_sample: int | None = BuildOptions.train_sample, nlist: int | None = None,
+                    m: int | None = None, **unused: Any) -> str:
     """The factory string `build_index` will use for these embeddings (placeholders filled)."""
     info = embeddings_info(list_shards(embeddings_dir))
     count = info["count"]
@@ -120,11 +110,11 @@ def check_build_options(opts: BuildOptions) -> None:
         _check_field(name, getattr(opts, name))
 
 
-def _check_field(name: str, value: Any) -> None:
-    """``value`` of BuildOptions' field ``name`` in its declared range; null only where the field allows it."""
+def _check_field(name: str, value: Any) -> Any:
+    """``value`` of BuildOptions' field ``name`` (an int) in its declared range; null only where the field allows it."""
     rng, nullable = field_range(name)
     check = check_optional_int if nullable else check_int
-    check(f"index.{name}", value, int(rng.lo), int(rng.hi), f" ({rng.note})" if rng.note else "")
+    return check(f"index.{name}", value, int(rng.lo), int(rng.hi), f" ({rng.note})" if rng.note else "")
 
 
 def build_index(embeddings_dir: str | Path, options: BuildOptions | None = None,
