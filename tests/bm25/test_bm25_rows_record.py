@@ -3,6 +3,7 @@ read every posting to check; an index without the record (another tool's) is sti
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -35,7 +36,7 @@ def _search(index):
 def test_a_recorded_index_is_searched_without_the_check(saved, monkeypatch):
     assert json.loads((saved / META_FILE).read_text())["rows_ascend"] is True
     checked = bm25.load_index(saved)
-    want = _search(checked.__class__(**{**checked.__dict__, "rows_ascend": False, "search_lists": None}))
+    want = _search(dataclasses.replace(checked, rows_ascend=False, search_lists=None))
 
     def refuse(*_):
         raise AssertionError("a recorded index was checked")
